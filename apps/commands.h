@@ -1,0 +1,29 @@
+// The subcommands of `parafab`. Each add_* registers its options on the root
+// app and sets the callback that runs it; a callback returns the process exit
+// status through `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace parafab::apps {
+
+struct CommandContext {
+  int exit_code = 0;
+};
+
+void add_train_command(CLI::App& root, CommandContext& ctx);
+void add_predict_command(CLI::App& root, CommandContext& ctx);
+void add_gen_data_command(CLI::App& root, CommandContext& ctx);
+void add_bench_command(CLI::App& root, CommandContext& ctx);
+void add_info_command(CLI::App& root, CommandContext& ctx);
+
+// Runs body, turning every exception into "parafab <cmd>: error: ..." on
+// stderr and exit status 1 (2 for std::invalid_argument: bad flags).
+int run_guarded(const char* command, const std::function<int()>& body);
+
+// The hardware thread count, at least 1: the default of every --threads.
+int default_threads();
+
+}  // namespace parafab::apps

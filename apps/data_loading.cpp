@@ -1,0 +1,44 @@
+#include "apps/data_loading.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace parafab::apps {
+
+std::string human_count(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e4) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
+                          int threads, const std::string& cache_path) {
+  worker::ReadOptions opt;
+  opt.format = worker::parse_data_format(flags.format);
+  opt.skip_bad_lines = flags.skip_bad_lines;
+  opt.threads = threads;
+  worker::ReadStats stats;
+  bool from_cache = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  worker::Dataset d = worker::load_dataset(path, opt, cache_path, &stats, &from_cache);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "%s\n",
+               fmt::format("{} {} ({}): {} examples, {} nonzeros, {} in {:.2f} s", role, path,
+                           from_cache ? "binary cache " + cache_path
+                                      : std::string(worker::data_format_name(stats.format)),
+                           d.rows(), human_count(static_cast<double>(d.nnz())),
+                           from_cache ? "mapped" : (cache_path.empty() ? "parsed" : "parsed and cached"), s)
+                   .c_str());
+  if (stats.skipped_lines > 0) {
+    std::fprintf(stderr, "%s: skipped %llu bad line(s) (--skip-bad-lines); first:\n", path.c_str(),
+                 static_cast<unsigned long long>(stats.skipped_lines));
+    for (const auto& e : stats.first_errors) std::fprintf(stderr, "  %s\n", e.c_str());
+  }
+  if (d.rows() == 0) std::fprintf(stderr, "warning: %s holds no examples\n", path.c_str());
+  return d;
+}
+
+}  // namespace parafab::apps

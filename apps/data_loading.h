@@ -1,0 +1,26 @@
+// Loading a data set for a command, with the one-line summary users see
+// ("train.svm (libsvm): 1000000 examples, 40.0M nonzeros, parsed in 2.1 s").
+#pragma once
+
+#include <string>
+
+#include "worker/binary_cache.h"
+#include "worker/data_reader.h"
+#include "worker/dataset.h"
+
+namespace parafab::apps {
+
+struct DataFlags {
+  std::string format = "auto";
+  bool skip_bad_lines = false;
+};
+
+// Reads path (through cache_path when not empty), prints the summary and the
+// skipped-line report to stderr. Throws worker::DataError on bad input.
+worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
+                          int threads, const std::string& cache_path);
+
+// "1.23M", "456.7k", "12".
+std::string human_count(double v);
+
+}  // namespace parafab::apps

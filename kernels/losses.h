@@ -1,0 +1,44 @@
+// Private to kernels/: the two losses of a linear model at margin m, label in
+// {0, 1} mapped to y in {-1, +1}, with the derivative with respect to m.
+//
+// Logistic, stable for any margin: with z = y m,
+//   loss  = log(1 + exp(-z)) = max(-z, 0) + log1p(exp(-|z|))
+//   dloss = -y * sigmoid(-z),  sigmoid(-z) = e / (1 + e) if z >= 0 with e = exp(-z),
+//                              1 / (1 + exp(z))            otherwise,
+// so exp() never sees a positive argument and nothing overflows.
+// Hinge: loss = max(0, 1 - z), subgradient -y when z < 1, else 0.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/csr_batch.h"
+#include "kernels/host_device.h"
+
+namespace parafab::kernels::detail {
+
+struct LossValue {
+  float loss;
+  float dloss;  // d loss / d margin
+};
+
+PARAFAB_HD inline float label_sign(float label) { return label > 0.5f ? 1.0f : -1.0f; }
+
+template <Loss L>
+PARAFAB_HD inline LossValue eval_loss(float y, float m) {
+  const float z = y * m;
+  if constexpr (L == Loss::kLogistic) {
+    const float e = expf(-fabsf(z));
+    const float s = z >= 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);  // sigmoid(-z)
+    return {fmaxf(-z, 0.0f) + log1pf(e), -y * s};
+  } else {
+    return z < 1.0f ? LossValue{1.0f - z, -y} : LossValue{0.0f, 0.0f};
+  }
+}
+
+// 1 / (1 + exp(-m)) without overflow for any m.
+PARAFAB_HD inline float stable_sigmoid(float m) {
+  const float e = expf(-fabsf(m));
+  return m >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+
+}  // namespace parafab::kernels::detail

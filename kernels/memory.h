@@ -1,0 +1,23 @@
+// Backend memory: host heap on the OpenMP backend, cudaMalloc'd device memory
+// under PARAFAB_CUDA. Failures throw std::runtime_error naming the size.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace parafab::kernels {
+
+void* device_alloc(size_t bytes);
+void device_free(void* p) noexcept;
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void device_fill_zero(void* dst, size_t bytes);
+void device_synchronize();
+
+// "OpenMP host backend (2 threads)" or "CUDA device 0: NVIDIA H200 (sm_90)".
+std::string backend_description();
+// Sets the number of host threads the OpenMP backend uses (no-op on CUDA for
+// the kernels themselves).
+void set_host_threads(int threads);
+
+}  // namespace parafab::kernels

@@ -1,0 +1,59 @@
+// The binary cache of a parsed data set: written once, memory-mapped after.
+//
+// Layout (little-endian): a 64-byte header {char magic[8] "PFABCSH1",
+// u32 version (1), u32 reserved (0), u64 rows, u64 nnz, u64 source size,
+// i64 source mtime (ns), u64 xxHash64 of the payload, u64 xxHash64 of the
+// header's first 56 bytes} (both hashes seed 0), then the payload: labels
+// (float[rows]), row_ptr (uint64[rows+1]), keys (uint64[nnz]), values
+// (float[nnz]), each array starting 8-byte aligned (zero padding after labels
+// and after values); the file is exactly that long. Opening checks, before it
+// reads any array: the header fits, magic, version, header checksum, the
+// sizes against the file length, the payload checksum, then row_ptr
+// (0 .. nnz, non-decreasing). A cache whose recorded source size/mtime differ
+// from the source is stale. The parse options (format, skip_bad_lines) are not
+// recorded: a cache serves whatever options it was built with.
+//
+// The mapping stays alive as long as any copy of the returned Dataset. It is
+// safe against our own rewrites (they rename a new file over the old one), not
+// against someone truncating the cache file in place while it is mapped.
+//
+//   worker::write_binary_cache("train.pfc", dataset, worker::source_stamp("train.svm"));
+//   worker::Dataset d = worker::open_binary_cache("train.pfc");
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "worker/data_reader.h"
+#include "worker/dataset.h"
+
+namespace parafab::worker {
+
+struct SourceStamp {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const SourceStamp&) const = default;
+};
+
+// Size and modification time of a file; throws DataError if it cannot stat it.
+SourceStamp source_stamp(const std::string& path);
+
+// Writes atomically (temp file, fsync, rename). Throws DataError on I/O errors.
+void write_binary_cache(const std::string& path, const Dataset& data, const SourceStamp& source);
+
+// Maps and validates a cache; throws DataError naming the path and what is
+// wrong (bad magic, version, truncated, checksum mismatch).
+Dataset open_binary_cache(const std::string& path, SourceStamp* source = nullptr);
+
+// The usual entry: if cache_path is non-empty and holds a valid cache of the
+// current source, map it; otherwise parse the text and (when cache_path is
+// non-empty) write the cache. *from_cache tells which happened. A missing,
+// stale or damaged cache is rebuilt, not an error; a parse error, a missing
+// source or a failure to write the cache throws DataError (no cache is
+// written on a parse error). From a cache, *stats holds only `examples`.
+Dataset load_dataset(const std::string& path, const ReadOptions& options,
+                     const std::string& cache_path, ReadStats* stats = nullptr,
+                     bool* from_cache = nullptr);
+
+}  // namespace parafab::worker

@@ -1,0 +1,185 @@
+#include "worker/local_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "kernels/device_array.h"
+#include "kernels/hogwild_sgd.h"
+#include "kernels/linear_gradient.h"
+#include "kernels/memory.h"
+#include "kernels/metrics.h"
+#include "parafab/config.h"
+#include "ps/key_hash.h"
+
+namespace parafab::worker {
+namespace {
+
+// The arrays of a SlotCsr in backend memory: on the host backend the vectors
+// themselves (no copy), under CUDA device copies.
+class BackendCsr {
+ public:
+  explicit BackendCsr(const SlotCsr& csr) : n_rows_(static_cast<int64_t>(csr.rows())) {
+    if constexpr (PARAFAB_CUDA) {
+      row_ptr_.upload(csr.row_ptr);
+      cols_.upload(csr.cols);
+      if (!csr.vals.empty()) vals_.upload(csr.vals);
+      labels_.upload(csr.labels);
+      base_ = {row_ptr_.data(), cols_.data(), csr.vals.empty() ? nullptr : vals_.data(), labels_.data(),
+               n_rows_, -1};
+    } else {
+      base_ = {csr.row_ptr.data(), csr.cols.data(), csr.vals.empty() ? nullptr : csr.vals.data(),
+               csr.labels.data(), n_rows_, -1};
+    }
+  }
+  // Rows [begin, end). row_ptr holds absolute offsets, so a batch is a view.
+  kernels::CsrBatch rows(int64_t begin, int64_t end, int64_t bias_slot) const {
+    kernels::CsrBatch b = base_;
+    b.row_ptr += begin;
+    b.labels += begin;
+    b.n_rows = end - begin;
+    b.bias_slot = bias_slot;
+    return b;
+  }
+  int64_t n_rows() const { return n_rows_; }
+
+ private:
+  int64_t n_rows_;
+  kernels::DeviceArray<uint64_t> row_ptr_;
+  kernels::DeviceArray<uint32_t> cols_;
+  kernels::DeviceArray<float> vals_;
+  kernels::DeviceArray<float> labels_;
+  kernels::CsrBatch base_;
+};
+
+void check_slots(const SlotCsr& data, const SlotMap& map) {
+  if (data.row_ptr.size() != data.rows() + 1 || data.row_ptr.back() != data.cols.size() ||
+      (!data.vals.empty() && data.vals.size() != data.cols.size()))
+    throw std::invalid_argument("LocalTrainer: inconsistent CSR arrays");
+  const uint32_t limit = static_cast<uint32_t>(map.dim);
+  for (uint32_t c : data.cols) {
+    if (c >= limit) throw std::invalid_argument(fmt::format("LocalTrainer: slot {} outside the model's {} slots", c, limit));
+  }
+}
+
+}  // namespace
+
+struct LocalTrainer::State {
+  kernels::DeviceArray<float> w;
+  kernels::DeviceArray<float> g2;
+};
+
+LocalTrainer::LocalTrainer(const TrainOptions& options, const SlotMap& map)
+    : options_(options), map_(map), state_(std::make_unique<State>()) {
+  if (options_.epochs < 0) throw std::invalid_argument(fmt::format("--epochs must be >= 0, got {}", options_.epochs));
+  if (options_.threads < 1) throw std::invalid_argument(fmt::format("--threads must be >= 1, got {}", options_.threads));
+  if (!(options_.lr > 0) || !std::isfinite(options_.lr))
+    throw std::invalid_argument(fmt::format("--lr must be a positive number, got {}", options_.lr));
+  if (!(options_.l2 >= 0) || !std::isfinite(options_.l2))
+    throw std::invalid_argument(fmt::format("--l2 must be >= 0, got {}", options_.l2));
+  if (options_.batch_rows < 1) throw std::invalid_argument("--batch-size must be >= 1");
+  const std::vector<float> zeros(map_.slots_with_bias(), 0.0f);
+  state_->w.upload(zeros);
+  if (options_.adagrad) state_->g2.upload(zeros);
+}
+
+LocalTrainer::LocalTrainer(const LinearModel& model, const TrainOptions& options)
+    : LocalTrainer([&] { TrainOptions o = options; o.loss = model.loss; return o; }(), model.map) {
+  state_->w.upload(model.weights);
+}
+
+LocalTrainer::~LocalTrainer() = default;
+
+std::vector<double> LocalTrainer::train(const SlotCsr& data,
+                                        const std::function<void(const TrainProgress&)>& on_progress) {
+  check_slots(data, map_);
+  kernels::set_host_threads(options_.threads);
+  const BackendCsr csr(data);
+  const int64_t n = csr.n_rows();
+  const int64_t batch = static_cast<int64_t>(options_.batch_rows);
+  const int64_t n_batches = (n + batch - 1) / batch;
+  std::vector<int64_t> order(n_batches);
+  std::iota(order.begin(), order.end(), 0);
+
+  kernels::SgdParams params;
+  params.loss = options_.loss;
+  params.lr = options_.lr;
+  params.l2 = options_.l2;
+  params.adagrad = options_.adagrad;
+
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto last_report = start;
+  std::vector<double> epoch_losses;
+  for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
+    if (options_.shuffle && epoch > 1) {
+      // Fisher-Yates with a counter-based stream: the same order for a seed
+      // on every backend and thread count.
+      uint64_t s = ps::mix64(options_.seed * 0x9e3779b97f4a7c15ULL + epoch);
+      for (int64_t i = n_batches - 1; i > 0; --i) {
+        s = ps::mix64(s + 0x9e3779b97f4a7c15ULL);
+        std::swap(order[i], order[static_cast<int64_t>(s % static_cast<uint64_t>(i + 1))]);
+      }
+    }
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0;
+    uint64_t seen = 0;
+    for (int64_t b = 0; b < n_batches; ++b) {
+      const int64_t lo = order[b] * batch, hi = std::min(n, lo + batch);
+      loss_sum += kernels::hogwild_sgd(params, csr.rows(lo, hi, map_.bias_slot()), state_->w.data(),
+                                       options_.adagrad ? state_->g2.data() : nullptr,
+                                       static_cast<int64_t>(map_.slots_with_bias()));
+      seen += static_cast<uint64_t>(hi - lo);
+      const auto now = Clock::now();
+      const bool done = b + 1 == n_batches;
+      if (on_progress && (done || (options_.progress_seconds > 0 &&
+                                   std::chrono::duration<double>(now - last_report).count() >=
+                                       options_.progress_seconds))) {
+        last_report = now;
+        const double es = std::chrono::duration<double>(now - epoch_start).count();
+        on_progress(TrainProgress{epoch, seen, static_cast<uint64_t>(n), seen ? loss_sum / seen : 0,
+                                  std::chrono::duration<double>(now - start).count(),
+                                  es > 0 ? seen / es : 0, done});
+      }
+    }
+    epoch_losses.push_back(n > 0 ? loss_sum / static_cast<double>(n) : 0);
+  }
+  return epoch_losses;
+}
+
+Evaluation LocalTrainer::evaluate(const SlotCsr& data, std::vector<float>* probabilities) const {
+  check_slots(data, map_);
+  kernels::set_host_threads(options_.threads);
+  const BackendCsr csr(data);
+  const auto n = static_cast<size_t>(csr.n_rows());
+  Evaluation e;
+  e.examples = n;
+  kernels::DeviceArray<float> margins(n), probs(n);
+  const kernels::CsrBatch all = csr.rows(0, csr.n_rows(), map_.bias_slot());
+  kernels::linear_margins(all, state_->w.data(), margins.data());
+  kernels::sigmoid(margins.data(), static_cast<int64_t>(n), probs.data());
+  const float* labels = all.labels;
+  e.log_loss = kernels::log_loss(probs.data(), labels, n);
+  e.auc = kernels::roc_auc(margins.data(), labels, n);
+  e.accuracy = kernels::accuracy(margins.data(), labels, n, 0.0f);
+  // Hinge loss on the host: a cheap pass over n floats.
+  const std::vector<float> m = margins.to_host();
+  double hinge = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double y = data.labels[i] > 0.5f ? 1.0 : -1.0;
+    hinge += std::max(0.0, 1.0 - y * m[i]);
+  }
+  e.hinge_loss = n ? hinge / static_cast<double>(n) : 0;
+  if (probabilities) *probabilities = probs.to_host();
+  return e;
+}
+
+LinearModel LocalTrainer::model() const {
+  return LinearModel{options_.loss, map_, state_->w.to_host()};
+}
+
+}  // namespace parafab::worker

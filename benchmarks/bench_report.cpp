@@ -1,13 +1,13 @@
 #include "benchmarks/bench_report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace parafab::benchmarks {
 namespace {
@@ -67,13 +67,27 @@ std::string json_quote(const std::string& s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
@@ -120,10 +134,14 @@ std::string to_json(const BenchRecord& r) {
 }
 
 void BenchReport::print_table(std::ostream& out) const {
-  const std::vector<std::string> head{"bench", "case", "value", "unit", "ceiling", "source", "ratio"};
+  const std::vector<std::string> head{"bench",   "case",   "value", "unit",
+                                      "ceiling", "source", "ratio"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : records_) {
-    std::vector<std::string> row{r.bench, r.case_name, human_number(r.value), r.unit,
+    std::vector<std::string> row{r.bench,
+                                 r.case_name,
+                                 human_number(r.value),
+                                 r.unit,
                                  r.ceiling ? human_number(*r.ceiling) : "",
                                  r.ceiling ? r.ceiling_source : "",
                                  r.ratio ? fmt::format("{:.3f}", *r.ratio) : ""};

@@ -38,15 +38,18 @@ struct BenchRecord {
 
   BenchRecord() = default;
   BenchRecord(std::string bench_, std::string case_, double value_, std::string unit_)
-      : bench(std::move(bench_)), case_name(std::move(case_)), value(value_), unit(std::move(unit_)) {}
+      : bench(std::move(bench_)),
+        case_name(std::move(case_)),
+        value(value_),
+        unit(std::move(unit_)) {}
 
   // Sets ceiling and source, and ratio = value / ceiling (none when ceiling <= 0).
   BenchRecord& with_ceiling(double ceiling_value, std::string source);
   BenchRecord& with(std::string key, BenchField v);
   // Integers of any width become int64_t fields (not double, not bool).
   template <typename I>
-    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
-  BenchRecord& with(std::string key, I v) {
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>) BenchRecord& with(std::string key,
+                                                                                I v) {
     return with(std::move(key), BenchField(static_cast<int64_t>(v)));
   }
   BenchRecord& with(std::string key, const char* v) {

@@ -20,6 +20,8 @@
 // threads), so a ratio near 1 means the kernel runs at memory speed.
 #include "benchmarks/kernel_bench.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,8 +31,6 @@
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "benchmarks/bench_report.h"
 #include "benchmarks/memory_ceiling.h"
@@ -76,8 +76,9 @@ HostBatch make_batch(const KernelBenchOptions& o, uint64_t& rng) {
   const int span = std::max(1, o.nnz_per_row + 1 - lo) * 2 - 1;  // lengths lo .. lo + span - 1
   b.row_ptr.push_back(0);
   for (int64_t i = 0; i < o.rows; ++i) {
-    const int len = o.nnz_per_row <= 1 ? o.nnz_per_row
-                                       : lo + static_cast<int>(splitmix64(rng) % static_cast<uint64_t>(span));
+    const int len = o.nnz_per_row <= 1
+                        ? o.nnz_per_row
+                        : lo + static_cast<int>(splitmix64(rng) % static_cast<uint64_t>(span));
     for (int c = 0; c < len; ++c) {
       const auto rank = static_cast<uint64_t>(std::exp(uniform01(rng) * log_slots)) - 1;
       b.cols.push_back(static_cast<uint32_t>((rank * 2654435761ULL) % slots));
@@ -167,9 +168,10 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
     for (auto& x : w) x = static_cast<float>((uniform01(rng) - 0.5) * 0.02);
 
     const std::string backend = k::backend_description();
-    const MemoryCeiling ceiling = measure_memory_ceiling(o.threads);
-    out << fmt::format("backend: {}\nceiling: {} = {:.1f} MB/s\nbatch: {} rows, {} nonzeros, {} slots\n",
-                       backend, ceiling.detail, ceiling.bytes_per_second / 1e6, n_rows, nnz, n_slots);
+    const MemoryCeiling ceiling = measure_memory_ceiling(o.threads, 5, o.ceiling_buffer_bytes);
+    out << fmt::format(
+        "backend: {}\nceiling: {} = {:.1f} MB/s\nbatch: {} rows, {} nonzeros, {} slots\n", backend,
+        ceiling.detail, ceiling.bytes_per_second / 1e6, n_rows, nnz, n_slots);
 
     k::DeviceArray<uint64_t> d_row_ptr(hb.row_ptr);
     k::DeviceArray<uint32_t> d_cols(hb.cols);
@@ -178,8 +180,8 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
     k::DeviceArray<float> d_w(w);
     k::DeviceArray<float> d_grad(n_slots);
     k::DeviceArray<float> d_margins(n_rows);
-    const k::CsrBatch batch{d_row_ptr.data(), d_cols.data(), d_vals.data(), d_labels.data(),
-                            o.rows, -1};
+    const k::CsrBatch batch{d_row_ptr.data(), d_cols.data(), d_vals.data(),
+                            d_labels.data(),  o.rows,        -1};
     const float l2 = 1e-4f;
 
     BenchReport report;
@@ -201,7 +203,8 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
     const double grad_bytes = 20.0 * static_cast<double>(nnz) + 12.0 * static_cast<double>(n_rows) +
                               8.0 * static_cast<double>(n_slots);
     for (const k::Loss loss : {k::Loss::kLogistic, k::Loss::kHinge}) {
-      const char* name = loss == k::Loss::kLogistic ? "linear_gradient_logistic" : "linear_gradient_hinge";
+      const char* name =
+          loss == k::Loss::kLogistic ? "linear_gradient_logistic" : "linear_gradient_hinge";
       const double got_loss =
           k::linear_gradient(loss, batch, d_w.data(), o.slots, l2, d_grad.data(), nullptr);
       const std::vector<float> got = d_grad.to_host();
@@ -234,9 +237,9 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
         (void)k::linear_gradient(loss, batch, d_w.data(), o.slots, l2, d_grad.data(), nullptr);
       });
       report.add(record(name, grad_bytes, static_cast<double>(nnz), "nnz_per_s", t)
-          .with("rows", o.rows)
-          .with("nnz", static_cast<int64_t>(nnz))
-          .with("slots", o.slots));
+                     .with("rows", o.rows)
+                     .with("nnz", static_cast<int64_t>(nnz))
+                     .with("slots", o.slots));
     }
 
     // --- hogwild_sgd (AdaGrad) -------------------------------------------------
@@ -246,13 +249,15 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
       k::device_fill_zero(g2.data(), n_slots * sizeof(float));
       const k::SgdParams p{.loss = k::Loss::kLogistic, .lr = 0.05f, .l2 = 1e-6f, .adagrad = true};
       (void)k::hogwild_sgd(p, batch, hw.data(), g2.data(), o.slots);  // warm-up
-      const Timing t = time_it(o.repeats, [&] { (void)k::hogwild_sgd(p, batch, hw.data(), g2.data(), o.slots); });
-      report.add(record("hogwild_sgd", 28.0 * static_cast<double>(nnz) + 12.0 * static_cast<double>(n_rows),
-          static_cast<double>(nnz), "nnz_per_s", t)
-          .with("rows", o.rows)
-          .with("nnz", static_cast<int64_t>(nnz))
-          .with("slots", o.slots)
-          .with("adagrad", int64_t{1}));
+      const Timing t = time_it(
+          o.repeats, [&] { (void)k::hogwild_sgd(p, batch, hw.data(), g2.data(), o.slots); });
+      report.add(record("hogwild_sgd",
+                        28.0 * static_cast<double>(nnz) + 12.0 * static_cast<double>(n_rows),
+                        static_cast<double>(nnz), "nnz_per_s", t)
+                     .with("rows", o.rows)
+                     .with("nnz", static_cast<int64_t>(nnz))
+                     .with("slots", o.slots)
+                     .with("adagrad", int64_t{1}));
     }
 
     // --- compact_keys: the 64-bit keys of the batch's nonzeros ----------------
@@ -260,7 +265,8 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
       const size_t n_keys = std::min(nnz, (size_t{1} << 21) / static_cast<size_t>(width));
       std::vector<uint64_t> keys(n_keys);
       std::vector<float> vals(n_keys * static_cast<size_t>(width));
-      for (size_t i = 0; i < n_keys; ++i) keys[i] = (hb.cols[i] * 0x9E3779B97F4A7C15ULL) ^ 0x5bd1e995ULL;
+      for (size_t i = 0; i < n_keys; ++i)
+        keys[i] = (hb.cols[i] * 0x9E3779B97F4A7C15ULL) ^ 0x5bd1e995ULL;
       for (auto& v : vals) v = static_cast<float>(uniform01(rng) - 0.5);
       k::DeviceArray<uint64_t> dk(keys);
       k::DeviceArray<float> dv(vals);
@@ -272,10 +278,11 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
       });
       const double row_bytes = 8.0 + 4.0 * width;
       report.add(record(width == 1 ? "compact_keys" : fmt::format("compact_keys_w{}", width),
-          row_bytes * static_cast<double>(n_keys + unique), static_cast<double>(n_keys), "keys_per_s", t)
-          .with("keys", static_cast<int64_t>(n_keys))
-          .with("unique", static_cast<int64_t>(unique))
-          .with("width", width));
+                        row_bytes * static_cast<double>(n_keys + unique),
+                        static_cast<double>(n_keys), "keys_per_s", t)
+                     .with("keys", static_cast<int64_t>(n_keys))
+                     .with("unique", static_cast<int64_t>(unique))
+                     .with("width", width));
     }
 
     // --- metrics on the batch's predictions ------------------------------------
@@ -284,15 +291,16 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
       k::DeviceArray<float> probs(n_rows);
       k::sigmoid(d_margins.data(), o.rows, probs.data());
       double ll = k::log_loss(probs.data(), d_labels.data(), n_rows);
-      Timing t = time_it(o.repeats, [&] { ll = k::log_loss(probs.data(), d_labels.data(), n_rows); });
-      report.add(record("metrics_log_loss", 8.0 * static_cast<double>(n_rows), static_cast<double>(n_rows),
-          "rows_per_s", t)
-          .with("rows", o.rows));
+      Timing t =
+          time_it(o.repeats, [&] { ll = k::log_loss(probs.data(), d_labels.data(), n_rows); });
+      report.add(record("metrics_log_loss", 8.0 * static_cast<double>(n_rows),
+                        static_cast<double>(n_rows), "rows_per_s", t)
+                     .with("rows", o.rows));
       double auc = k::roc_auc(d_margins.data(), d_labels.data(), n_rows);
       t = time_it(o.repeats, [&] { auc = k::roc_auc(d_margins.data(), d_labels.data(), n_rows); });
-      report.add(record("metrics_roc_auc", 8.0 * static_cast<double>(n_rows), static_cast<double>(n_rows),
-          "rows_per_s", t)
-          .with("rows", o.rows));
+      report.add(record("metrics_roc_auc", 8.0 * static_cast<double>(n_rows),
+                        static_cast<double>(n_rows), "rows_per_s", t)
+                     .with("rows", o.rows));
       out << fmt::format("metrics at the random weights: log loss {:.4f}, AUC {:.4f}\n", ll, auc);
     }
 

@@ -15,6 +15,7 @@
 // kernel and reports the best.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -22,13 +23,14 @@
 namespace parafab::benchmarks {
 
 struct KernelBenchOptions {
-  int threads = 2;                  // host threads (OpenMP backend; the ceiling uses as many)
-  int64_t rows = 200'000;           // rows of the batch
-  int nnz_per_row = 40;             // mean nonzeros per row
-  int64_t slots = int64_t{1} << 20; // model slots, <= 2^32
-  int repeats = 5;                  // timed calls per kernel, best reported
-  std::string json_path;            // JSON lines written here when not empty
+  int threads = 2;                   // host threads (OpenMP backend; the ceiling uses as many)
+  int64_t rows = 200'000;            // rows of the batch
+  int nnz_per_row = 40;              // mean nonzeros per row
+  int64_t slots = int64_t{1} << 20;  // model slots, <= 2^32
+  int repeats = 5;                   // timed calls per kernel, best reported
+  std::string json_path;             // JSON lines written here when not empty
   uint64_t seed = 42;
+  size_t ceiling_buffer_bytes = 0;  // host memcpy buffers; 0: 4x the last-level cache
 };
 
 // Runs the benchmark, prints the table to `out`. Returns 0 on success,

@@ -1,5 +1,6 @@
 #include "benchmarks/memory_ceiling.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "parafab/config.h"
 
@@ -46,7 +45,8 @@ struct HostBuffer {
 #if PARAFAB_CUDA
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
-    throw std::runtime_error(fmt::format("memory ceiling: {} failed: {}", what, cudaGetErrorString(e)));
+    throw std::runtime_error(
+        fmt::format("memory ceiling: {} failed: {}", what, cudaGetErrorString(e)));
   }
 }
 
@@ -93,7 +93,9 @@ MemoryCeiling measure_device_copy(int repetitions) {
 MemoryCeiling measure_host_memcpy(int threads, size_t buffer_bytes, int repetitions) {
   threads = std::max(threads, 1);
   repetitions = std::max(repetitions, 1);
-  if (buffer_bytes == 0) buffer_bytes = std::max(4 * last_level_cache_bytes(), size_t{64} << 20);
+  if (buffer_bytes == 0) {
+    buffer_bytes = std::clamp(4 * last_level_cache_bytes(), size_t{64} << 20, size_t{1} << 30);
+  }
   // Equal, page-aligned shares.
   const size_t share = (buffer_bytes / static_cast<size_t>(threads)) / 4096 * 4096;
   buffer_bytes = share * static_cast<size_t>(threads);
@@ -122,12 +124,13 @@ MemoryCeiling measure_host_memcpy(int threads, size_t buffer_bytes, int repetiti
   return c;
 }
 
-MemoryCeiling measure_memory_ceiling(int threads, int repetitions) {
+MemoryCeiling measure_memory_ceiling(int threads, int repetitions, size_t host_buffer_bytes) {
 #if PARAFAB_CUDA
   (void)threads;
+  (void)host_buffer_bytes;
   return measure_device_copy(std::max(repetitions, 1));
 #else
-  return measure_host_memcpy(threads, 0, repetitions);
+  return measure_host_memcpy(threads, host_buffer_bytes, repetitions);
 #endif
 }
 

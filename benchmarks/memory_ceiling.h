@@ -6,7 +6,7 @@
 //
 // Host (OpenMP backend): `threads` threads each memcpy their contiguous share
 // of a source buffer into a destination buffer, both 4x the last-level cache
-// (at least 64 MiB); bandwidth counts bytes read plus bytes written (2x the
+// (within [64 MiB, 1 GiB]); bandwidth counts bytes read plus bytes written (2x the
 // buffer) per second. CUDA: cudaMemcpy device-to-device, counted the same way.
 // Each repetition is timed, after one untimed warm-up that also faults the
 // pages in; the best repetition is the ceiling.
@@ -27,7 +27,9 @@ struct MemoryCeiling {
 
 // The ceiling of the active backend: host memcpy with `threads` threads, or a
 // device-to-device copy under PARAFAB_CUDA.
-MemoryCeiling measure_memory_ceiling(int threads, int repetitions = 5);
+// host_buffer_bytes as for measure_host_memcpy (ignored on CUDA).
+MemoryCeiling measure_memory_ceiling(int threads, int repetitions = 5,
+                                     size_t host_buffer_bytes = 0);
 
 // The host measurement alone; buffer_bytes 0 picks 4x the last-level cache.
 MemoryCeiling measure_host_memcpy(int threads, size_t buffer_bytes = 0, int repetitions = 5);

@@ -16,18 +16,19 @@
 // A step with d == 0 and l2 == 0 changes nothing and is skipped.
 #include "kernels/hogwild_sgd.h"
 
+#include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform_reduce.h>
+
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-#include <thrust/functional.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform_reduce.h>
-
 #include "kernels/atomics.h"
 #include "kernels/losses.h"
 #include "kernels/thrust_backend.h"
+#include "parafab/config.h"
 
 namespace parafab::kernels {
 namespace {
@@ -35,7 +36,7 @@ namespace {
 using detail::load_relaxed;
 using detail::store_relaxed;
 
-template <Loss L, bool kVals, bool kBias, bool kAdagrad>
+template <Loss L, bool kVals, bool kBias>
 struct HogwildRow {
   const uint64_t* row_ptr;
   const uint32_t* cols;
@@ -47,6 +48,8 @@ struct HogwildRow {
   float lr;
   float l2;
   float eps;
+  bool adagrad;      // a uniform branch: not worth doubling the instantiations
+  uint64_t nnz_end;  // row_ptr[n_rows], bounds the host prefetches (0 on CUDA)
 
   PARAFAB_HD float value(uint64_t k) const {
     if constexpr (kVals) {
@@ -60,7 +63,7 @@ struct HogwildRow {
   PARAFAB_HD void update(int64_t j, float dx) const {
     float wj = load_relaxed(&w[j]);
     const float g = dx + l2 * wj;
-    if constexpr (kAdagrad) {
+    if (adagrad) {
       const float G = load_relaxed(&g2[j]) + g * g;
       store_relaxed(&g2[j], G);
       wj -= lr * g / sqrtf(G + eps);
@@ -77,7 +80,11 @@ struct HogwildRow {
     const uint64_t end = row_ptr[i + 1];
     float m = 0.0f;
     if constexpr (kBias) m = load_relaxed(&w[bias_slot]);
-    for (uint64_t k = begin; k < end; ++k) m += value(k) * load_relaxed(&w[cols[k]]);
+    for (uint64_t k = begin; k < end; ++k) {
+      if (k + detail::kPrefetchDistance < nnz_end)
+        detail::prefetch(&w[cols[k + detail::kPrefetchDistance]]);
+      m += value(k) * load_relaxed(&w[cols[k]]);
+    }
     const detail::LossValue lv = detail::eval_loss<L>(detail::label_sign(labels[i]), m);
     if (lv.dloss != 0.0f || l2 != 0.0f) {
       for (uint64_t k = begin; k < end; ++k) update(cols[k], lv.dloss * value(k));
@@ -87,19 +94,18 @@ struct HogwildRow {
   }
 };
 
-template <Loss L, bool kVals, bool kBias, bool kAdagrad>
+template <Loss L, bool kVals, bool kBias>
 double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
-  const HogwildRow<L, kVals, kBias, kAdagrad> f{b.row_ptr, b.cols,      b.vals, b.labels, b.bias_slot,
-                                              w,         g2,          p.lr,   p.l2,     p.adagrad_eps};
+  uint64_t nnz_end = 0;
+#if !PARAFAB_CUDA
+  nnz_end = b.row_ptr[b.n_rows];  // host memory on this backend
+#endif
+  const HogwildRow<L, kVals, kBias> f{b.row_ptr, b.cols, b.vals, b.labels, b.bias_slot,
+                                      w,         g2,     p.lr,   p.l2,     p.adagrad_eps,
+                                      p.adagrad, nnz_end};
   return thrust::transform_reduce(detail::policy(), thrust::counting_iterator<int64_t>(0),
                                   thrust::counting_iterator<int64_t>(b.n_rows), f, 0.0,
                                   thrust::plus<double>());
-}
-
-template <Loss L, bool kVals, bool kBias>
-double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
-  return p.adagrad ? run<L, kVals, kBias, true>(p, b, w, g2)
-                   : run<L, kVals, kBias, false>(p, b, w, g2);
 }
 
 template <Loss L>

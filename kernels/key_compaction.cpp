@@ -11,11 +11,6 @@
 // The temporaries (sorted keys, perm, segment starts) are 16 bytes per key.
 #include "kernels/key_compaction.h"
 
-#include <cstdint>
-#include <limits>
-#include <stdexcept>
-#include <string>
-
 #include <thrust/copy.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -25,6 +20,11 @@
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 #include <thrust/unique.h>
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/host_device.h"
 #include "kernels/thrust_backend.h"
@@ -85,9 +85,9 @@ size_t compact_keys(const uint64_t* keys, const float* vals, size_t n, int width
   }
 
   detail::Scratch<Index> seg_start(n);
-  const auto ends = thrust::unique_by_key_copy(policy(), sorted.get(), sorted.get() + n,
-                                               thrust::counting_iterator<Index>(0), out_keys,
-                                               seg_start.get());
+  const auto ends =
+      thrust::unique_by_key_copy(policy(), sorted.get(), sorted.get() + n,
+                                 thrust::counting_iterator<Index>(0), out_keys, seg_start.get());
   const auto n_unique = static_cast<size_t>(ends.first - out_keys);
   thrust::for_each(policy(), thrust::counting_iterator<size_t>(0),
                    thrust::counting_iterator<size_t>(n_unique * static_cast<size_t>(width)),

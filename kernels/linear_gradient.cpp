@@ -35,16 +35,16 @@
 // inner loops carry no branches.
 #include "kernels/linear_gradient.h"
 
-#include <cstdint>
-#include <stdexcept>
-#include <string>
-
 #include <thrust/fill.h>
 #include <thrust/for_each.h>
 #include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform.h>
 #include <thrust/transform_reduce.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/atomics.h"
 #include "kernels/losses.h"
@@ -60,12 +60,19 @@ namespace {
 
 using detail::policy;
 
+#if PARAFAB_CUDA
+constexpr bool kHostBackend = false;
+#else
+constexpr bool kHostBackend = true;
+#endif
+
 template <bool kVals, bool kBias>
 struct RowView {
   const uint64_t* row_ptr;
   const uint32_t* cols;
   const float* vals;
   int64_t bias_slot;
+  uint64_t nnz_end;  // row_ptr[n_rows], bounds the host prefetches (0 on CUDA)
 
   PARAFAB_HD float value(uint64_t k) const {
     if constexpr (kVals) {
@@ -80,16 +87,39 @@ struct RowView {
     float m = 0.0f;
     if constexpr (kBias) m = w[bias_slot];
     const uint64_t end = row_ptr[i + 1];
-    for (uint64_t k = row_ptr[i]; k < end; ++k) m += value(k) * w[cols[k]];
+    for (uint64_t k = row_ptr[i]; k < end; ++k) {
+      if constexpr (kHostBackend) {
+        if (k + detail::kPrefetchDistance < nnz_end) {
+          detail::prefetch(&w[cols[k + detail::kPrefetchDistance]]);
+        }
+      }
+      m += value(k) * w[cols[k]];
+    }
     return m;
   }
 
-  // add(slot, s * x) for every nonzero of row i, and add(bias, s).
-  template <typename Add>
-  PARAFAB_HD void scatter(int64_t i, float s, Add add) const {
+  // acc[slot] += s * x for every nonzero of row i (and acc[bias] += s),
+  // plain adds: the accumulator belongs to the caller alone.
+  PARAFAB_HD void scatter_plain(int64_t i, float s, float* acc) const {
     const uint64_t end = row_ptr[i + 1];
-    for (uint64_t k = row_ptr[i]; k < end; ++k) add(cols[k], s * value(k));
-    if constexpr (kBias) add(bias_slot, s);
+    for (uint64_t k = row_ptr[i]; k < end; ++k) {
+      if constexpr (kHostBackend) {
+        if (k + detail::kPrefetchDistance < nnz_end) {
+          detail::prefetch_for_write(&acc[cols[k + detail::kPrefetchDistance]]);
+        }
+      }
+      acc[cols[k]] += s * value(k);
+    }
+    if constexpr (kBias) acc[bias_slot] += s;
+  }
+
+  // The same with relaxed atomic adds into a shared grad.
+  PARAFAB_HD void scatter_atomic(int64_t i, float s, float* grad) const {
+    const uint64_t end = row_ptr[i + 1];
+    for (uint64_t k = row_ptr[i]; k < end; ++k) {
+      detail::atomic_add_relaxed(&grad[cols[k]], s * value(k));
+    }
+    if constexpr (kBias) detail::atomic_add_relaxed(&grad[bias_slot], s);
   }
 };
 
@@ -111,16 +141,6 @@ struct RowLoss {
   }
 };
 
-struct AtomicAdd {
-  float* grad;
-  PARAFAB_HD void operator()(int64_t j, float v) const { detail::atomic_add_relaxed(&grad[j], v); }
-};
-
-struct PlainAdd {
-  float* acc;
-  PARAFAB_HD void operator()(int64_t j, float v) const { acc[j] += v; }
-};
-
 // Fused strategy: margin, loss and atomic scatter of row i; returns the loss.
 template <Loss L, bool kVals, bool kBias>
 struct FusedRow {
@@ -129,10 +149,12 @@ struct FusedRow {
   PARAFAB_HD double operator()(int64_t i) const {
     double loss = 0.0;
     const float s = f.scale(i, &loss);
-    if (s != 0.0f) f.row.scatter(i, s, AtomicAdd{grad});
+    if (s != 0.0f) f.row.scatter_atomic(i, s, grad);
     return loss;
   }
 };
+
+#if !PARAFAB_CUDA  // the two-phase strategy: host backend only
 
 // Two-phase strategy, phase 1: scale[i] and the loss of row i.
 template <Loss L, bool kVals, bool kBias>
@@ -196,7 +218,7 @@ struct ScatterRange {
     const int64_t r1 = boundary(c + 1);
     for (int64_t i = boundary(c); i < r1; ++i) {
       const float s = scale[i];
-      if (s != 0.0f) row.scatter(i, s, PlainAdd{acc});
+      if (s != 0.0f) row.scatter_plain(i, s, acc);
     }
   }
 };
@@ -213,6 +235,8 @@ struct AddExtra {
     grad[j] = v;
   }
 };
+
+#endif  // !PARAFAB_CUDA
 
 template <bool kVals, bool kBias>
 struct MarginRow {
@@ -249,7 +273,6 @@ int64_t private_ranges(const CsrBatch& b, int64_t n_slots) {
 #else
   const int64_t threads = omp_get_max_threads();
   if (threads <= 1) return 1;
-  // Host memory on this backend: row_ptr is read directly.
   const uint64_t nnz = b.row_ptr[b.n_rows] - b.row_ptr[0];
   const bool pays = static_cast<double>(threads - 1) * static_cast<double>(n_slots) <=
                     4.0 * static_cast<double>(nnz);
@@ -260,7 +283,9 @@ int64_t private_ranges(const CsrBatch& b, int64_t n_slots) {
 template <Loss L, bool kVals, bool kBias>
 double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2, float* grad,
                     float* margins) {
-  const RowView<kVals, kBias> row{b.row_ptr, b.cols, b.vals, b.bias_slot};
+  uint64_t nnz_end = 0;
+  if constexpr (kHostBackend) nnz_end = b.row_ptr[b.n_rows];  // host memory on this backend
+  const RowView<kVals, kBias> row{b.row_ptr, b.cols, b.vals, b.bias_slot, nnz_end};
   const RowLoss<L, kVals, kBias> f{row, b.labels, w, margins, 1.0f / static_cast<float>(b.n_rows)};
   const thrust::counting_iterator<int64_t> first(0);
   const thrust::counting_iterator<int64_t> last(b.n_rows);
@@ -270,23 +295,27 @@ double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2
     return thrust::transform_reduce(policy(), first, last, FusedRow<L, kVals, kBias>{f, grad}, 0.0,
                                     thrust::plus<double>());
   }
-  // One allocation: the row scales, then the accumulators of ranges 1..
-  detail::Scratch<float> scratch(static_cast<size_t>(b.n_rows + (ranges - 1) * n_slots));
-  float* scale = scratch.get();
-  float* extra = scratch.get() + b.n_rows;
-  const double loss = thrust::transform_reduce(policy(), first, last,
-                                               ScaleRow<L, kVals, kBias>{f, scale}, 0.0,
-                                               thrust::plus<double>());
-  thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
-                   thrust::counting_iterator<int64_t>(ranges),
-                   ScatterRange<kVals, kBias>{row, scale, w, b.n_rows, ranges, n_slots, l2, grad,
-                                              extra});
-  if (ranges > 1 && n_slots > 0) {
-    thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
-                     thrust::counting_iterator<int64_t>(n_slots),
-                     AddExtra{grad, extra, ranges - 1, n_slots});
+#if !PARAFAB_CUDA
+  {
+    // One allocation: the row scales, then the accumulators of ranges 1..
+    detail::Scratch<float> scratch(static_cast<size_t>(b.n_rows + (ranges - 1) * n_slots));
+    float* scale = scratch.get();
+    float* extra = scratch.get() + b.n_rows;
+    const double loss = thrust::transform_reduce(
+        policy(), first, last, ScaleRow<L, kVals, kBias>{f, scale}, 0.0, thrust::plus<double>());
+    thrust::for_each(
+        policy(), thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(ranges),
+        ScatterRange<kVals, kBias>{row, scale, w, b.n_rows, ranges, n_slots, l2, grad, extra});
+    if (ranges > 1 && n_slots > 0) {
+      thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
+                       thrust::counting_iterator<int64_t>(n_slots),
+                       AddExtra{grad, extra, ranges - 1, n_slots});
+    }
+    return loss;
   }
-  return loss;
+#else
+  return 0.0;  // not reached: private_ranges() is 0 on CUDA
+#endif
 }
 
 template <Loss L>
@@ -304,15 +333,17 @@ double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2
 
 template <bool kVals, bool kBias>
 void margins_impl(const CsrBatch& b, const float* w, float* out) {
-  thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
-                   thrust::counting_iterator<int64_t>(b.n_rows),
-                   MarginRow<kVals, kBias>{{b.row_ptr, b.cols, b.vals, b.bias_slot}, w, out});
+  uint64_t nnz_end = 0;
+  if constexpr (kHostBackend) nnz_end = b.row_ptr[b.n_rows];
+  thrust::for_each(
+      policy(), thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(b.n_rows),
+      MarginRow<kVals, kBias>{{b.row_ptr, b.cols, b.vals, b.bias_slot, nnz_end}, w, out});
 }
 
 }  // namespace
 
-double linear_gradient(Loss loss, const CsrBatch& batch, const float* w, int64_t n_slots,
-                       float l2, float* grad, float* margins) {
+double linear_gradient(Loss loss, const CsrBatch& batch, const float* w, int64_t n_slots, float l2,
+                       float* grad, float* margins) {
   if (batch.bias_slot >= n_slots) {
     throw std::invalid_argument("parafab::kernels::linear_gradient: bias_slot " +
                                 std::to_string(batch.bias_slot) + " outside the " +

@@ -10,10 +10,6 @@
 // give. All counts are integers, so U is exact up to 2^53.
 #include "kernels/metrics.h"
 
-#include <cmath>
-#include <cstdint>
-#include <limits>
-
 #include <thrust/copy.h>
 #include <thrust/count.h>
 #include <thrust/functional.h>
@@ -24,6 +20,10 @@
 #include <thrust/scan.h>
 #include <thrust/sort.h>
 #include <thrust/transform_reduce.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "kernels/host_device.h"
 #include "kernels/thrust_backend.h"
@@ -102,7 +102,8 @@ double log_loss(const float* probs, const float* labels, size_t n) {
 double roc_auc(const float* scores, const float* labels, size_t n) {
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   if (n == 0) return kNaN;
-  const auto n_pos = static_cast<int64_t>(thrust::count_if(policy(), labels, labels + n, IsPositive{}));
+  const auto n_pos =
+      static_cast<int64_t>(thrust::count_if(policy(), labels, labels + n, IsPositive{}));
   const int64_t n_neg = static_cast<int64_t>(n) - n_pos;
   if (n_pos == 0 || n_neg == 0) return kNaN;
 
@@ -131,9 +132,9 @@ double roc_auc(const float* scores, const float* labels, size_t n) {
 
 double accuracy(const float* scores, const float* labels, size_t n, float threshold) {
   if (n == 0) return std::numeric_limits<double>::quiet_NaN();
-  const auto correct = thrust::count_if(policy(), thrust::counting_iterator<size_t>(0),
-                                        thrust::counting_iterator<size_t>(n),
-                                        Correct{scores, labels, threshold});
+  const auto correct =
+      thrust::count_if(policy(), thrust::counting_iterator<size_t>(0),
+                       thrust::counting_iterator<size_t>(n), Correct{scores, labels, threshold});
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 

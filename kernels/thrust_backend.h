@@ -8,9 +8,9 @@
 // type, selects the system.
 #pragma once
 
-#include <cstddef>
-
 #include <thrust/execution_policy.h>
+
+#include <cstddef>
 
 #include "kernels/memory.h"
 

@@ -21,7 +21,7 @@ struct TrainOptions {
   kernels::Loss loss = kernels::Loss::kLogistic;
   int epochs = 3;
   int threads = 1;
-  float lr = 0.2f;         // AdaGrad base rate (plain SGD step with adagrad off)
+  float lr = 0.05f;        // AdaGrad base rate (plain SGD step with adagrad off)
   float l2 = 1e-6f;        // per-step L2 on the touched coordinates
   bool adagrad = true;
   uint64_t batch_rows = 16384;  // rows per Hogwild batch (unit of progress reports)

@@ -16,19 +16,16 @@
 namespace parafab {
 namespace {
 
-struct Run {
+struct CmdResult {
   int status = -1;
   std::string out;  // stdout and stderr together
 };
 
-std::string bin() {
-  const char* b = std::getenv("PARAFAB_BIN");
-  return b ? b : "parafab";
-}
+std::string bin() { return PARAFAB_BIN_PATH; }
 
-Run run(const std::string& args) {
+CmdResult run_cli(const std::string& args) {
   const std::string cmd = bin() + " " + args + " 2>&1";
-  Run r;
+  CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
@@ -48,46 +45,52 @@ size_t count_lines(const std::string& s) { return std::count(s.begin(), s.end(),
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
+// The data every test uses, generated once for the suite. Generated from
+// SetUp, not SetUpTestSuite: a failure there must fail the tests, not skip them.
 class Cli : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  void SetUp() override {
+    if (dir_) return;
     dir_ = new testing::TempDir();
-    const Run g = run("gen-data --out " + dir_->file("train.svm") + " --test-out " + dir_->file("test.svm") +
+    const CmdResult g = run_cli("gen-data --out " + dir_->file("train.svm") + " --test-out " + dir_->file("test.svm") +
                       " --examples 20000 --test-examples 4000 --features 4096 --nnz 12 --seed 5 --weights-out " +
                       dir_->file("planted.w"));
     ASSERT_EQ(g.status, 0) << g.out;
   }
-  static void TearDownTestSuite() { delete dir_; }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
   static testing::TempDir* dir_;
 };
 testing::TempDir* Cli::dir_ = nullptr;
 
 TEST_F(Cli, HelpListsTheDocumentedFlags) {
-  const Run r = run("train --help");
+  const CmdResult r = run_cli("train --help");
   EXPECT_EQ(r.status, 0);
   for (const char* flag : {"--train", "--test", "--model", "--epochs", "--threads", "--lr", "--l2", "--format",
                            "--predictions", "--save-model", "--cache", "--skip-bad-lines"})
     EXPECT_TRUE(contains(r.out, flag)) << flag << " missing from:\n" << r.out;
-  EXPECT_EQ(run("--help").status, 0);
-  EXPECT_TRUE(contains(run("--version").out, "parafab"));
+  EXPECT_EQ(run_cli("--help").status, 0);
+  EXPECT_TRUE(contains(run_cli("--version").out, "parafab"));
 }
 
 TEST_F(Cli, BadFlagsFailWithAMessage) {
-  Run r = run("train --train " + dir_->file("train.svm") + " --model nope");
+  CmdResult r = run_cli("train --train " + dir_->file("train.svm") + " --model nope");
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.out, "--model")) << r.out;
-  r = run("train --train /nonexistent/file.svm");
+  r = run_cli("train --train /nonexistent/file.svm");
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.out, "/nonexistent/file.svm")) << r.out;
-  r = run("train --train " + dir_->file("train.svm") + " --predictions " + dir_->file("p"));
+  r = run_cli("train --train " + dir_->file("train.svm") + " --predictions " + dir_->file("p"));
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--predictions needs --test")) << r.out;
-  EXPECT_NE(run("no-such-command").status, 0);
+  EXPECT_NE(run_cli("no-such-command").status, 0);
 }
 
 TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   const std::string pred = dir_->file("train.pred"), model = dir_->file("m.pfm");
-  const Run t = run("train --train " + dir_->file("train.svm") + " --test " + dir_->file("test.svm") +
+  const CmdResult t = run_cli("train --train " + dir_->file("train.svm") + " --test " + dir_->file("test.svm") +
                     " --epochs 2 --threads 2 --quiet --predictions " + pred + " --save-model " + model +
                     " --planted " + dir_->file("planted.w") + " --cache " + dir_->file("train.pfc"));
   ASSERT_EQ(t.status, 0) << t.out;
@@ -97,7 +100,7 @@ TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   EXPECT_EQ(count_lines(read_file(pred)), 4000u);
 
   const std::string pred2 = dir_->file("predict.pred");
-  const Run p = run("predict --model " + model + " --data " + dir_->file("test.svm") + " --out " + pred2);
+  const CmdResult p = run_cli("predict --model " + model + " --data " + dir_->file("test.svm") + " --out " + pred2);
   ASSERT_EQ(p.status, 0) << p.out;
   EXPECT_EQ(read_file(pred), read_file(pred2)) << "train --predictions and predict must agree";
 
@@ -107,7 +110,7 @@ TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   while (in >> x) ASSERT_TRUE(x > 0 && x < 1) << x;
 
   // Second run maps the cache instead of parsing.
-  const Run again = run("train --train " + dir_->file("train.svm") + " --epochs 1 --quiet --cache " +
+  const CmdResult again = run_cli("train --train " + dir_->file("train.svm") + " --epochs 1 --quiet --cache " +
                         dir_->file("train.pfc"));
   ASSERT_EQ(again.status, 0) << again.out;
   EXPECT_TRUE(contains(again.out, "mapped")) << again.out;
@@ -116,10 +119,10 @@ TEST_F(Cli, TrainPredictAndSavedModelAgree) {
 TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
   const std::string bad = dir_->file("bad.svm");
   std::ofstream(bad) << "1 1:1 2:1\n-1 3:1\n1 4:x\n-1 5:1\n";
-  Run r = run("train --train " + bad + " --epochs 1");
+  CmdResult r = run_cli("train --train " + bad + " --epochs 1");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(contains(r.out, bad + ":3:")) << r.out;
-  r = run("train --train " + bad + " --epochs 1 --skip-bad-lines");
+  r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "skipped 1 bad line")) << r.out;
   EXPECT_TRUE(contains(r.out, "3 examples")) << r.out;
@@ -128,19 +131,19 @@ TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
 TEST_F(Cli, CorruptModelIsRefused) {
   const std::string m = dir_->file("corrupt.pfm");
   std::ofstream(m) << "this is not a model";
-  const Run r = run("predict --model " + m + " --data " + dir_->file("test.svm") + " --out " + dir_->file("x"));
+  const CmdResult r = run_cli("predict --model " + m + " --data " + dir_->file("test.svm") + " --out " + dir_->file("x"));
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.out, m)) << r.out;
 }
 
 TEST_F(Cli, GenDataIsDeterministic) {
-  const Run a = run("gen-data --out " + dir_->file("g1.svm") + " --examples 3000 --features 500 --nnz 5 --seed 9 --threads 1");
-  const Run b = run("gen-data --out " + dir_->file("g2.svm") + " --examples 3000 --features 500 --nnz 5 --seed 9 --threads 2");
+  const CmdResult a = run_cli("gen-data --out " + dir_->file("g1.svm") + " --examples 3000 --features 500 --nnz 5 --seed 9 --threads 1");
+  const CmdResult b = run_cli("gen-data --out " + dir_->file("g2.svm") + " --examples 3000 --features 500 --nnz 5 --seed 9 --threads 2");
   ASSERT_EQ(a.status, 0) << a.out;
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_EQ(read_file(dir_->file("g1.svm")), read_file(dir_->file("g2.svm")));
   EXPECT_EQ(count_lines(read_file(dir_->file("g1.svm"))), 3000u);
-  EXPECT_EQ(run("gen-data --out " + dir_->file("g3.svm") + " --nnz 0").status, 2);
+  EXPECT_EQ(run_cli("gen-data --out " + dir_->file("g3.svm") + " --nnz 0").status, 2);
 }
 
 }  // namespace

@@ -66,7 +66,9 @@ TEST(SyntheticData, RowsFollowThePlantedModel) {
     for (size_t t = 0; t < k.size(); ++t) {
       ASSERT_GE(k[t], 1u);
       ASSERT_LE(k[t], o.features);
-      if (t) ASSERT_LT(k[t - 1], k[t]);
+      if (t) {
+        ASSERT_LT(k[t - 1], k[t]);
+      }
       ASSERT_EQ(v.row_values(i)[t], 1.0f);
     }
     first_feature_rows += k[0] == 1;

@@ -61,6 +61,7 @@ int run_train(const TrainFlags& flags) {
   if (!flags.planted.empty() && flags.test.empty())
     throw std::invalid_argument("--planted needs --test (the planted loss is measured on it)");
 
+  kernels::set_host_threads(opt.threads);
   std::fprintf(stderr, "%s\n",
                fmt::format("parafab train: model {}, optimizer {}, lr {}, l2 {}, epochs {}, batch {}, "
                            "threads {}, seed {}, backend {}",

@@ -36,7 +36,7 @@ namespace {
 using detail::load_relaxed;
 using detail::store_relaxed;
 
-template <Loss L, bool kVals, bool kBias>
+template <Loss L, bool kVals>
 struct HogwildRow {
   const uint64_t* row_ptr;
   const uint32_t* cols;
@@ -79,7 +79,7 @@ struct HogwildRow {
     const uint64_t begin = row_ptr[i];
     const uint64_t end = row_ptr[i + 1];
     float m = 0.0f;
-    if constexpr (kBias) m = load_relaxed(&w[bias_slot]);
+    if (bias_slot >= 0) m = load_relaxed(&w[bias_slot]);
     for (uint64_t k = begin; k < end; ++k) {
       if (k + detail::kPrefetchDistance < nnz_end)
         detail::prefetch(&w[cols[k + detail::kPrefetchDistance]]);
@@ -88,21 +88,20 @@ struct HogwildRow {
     const detail::LossValue lv = detail::eval_loss<L>(detail::label_sign(labels[i]), m);
     if (lv.dloss != 0.0f || l2 != 0.0f) {
       for (uint64_t k = begin; k < end; ++k) update(cols[k], lv.dloss * value(k));
-      if constexpr (kBias) update(bias_slot, lv.dloss);
+      if (bias_slot >= 0) update(bias_slot, lv.dloss);
     }
     return static_cast<double>(lv.loss);
   }
 };
 
-template <Loss L, bool kVals, bool kBias>
+template <Loss L, bool kVals>
 double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
   uint64_t nnz_end = 0;
 #if !PARAFAB_CUDA
   nnz_end = b.row_ptr[b.n_rows];  // host memory on this backend
 #endif
-  const HogwildRow<L, kVals, kBias> f{b.row_ptr, b.cols, b.vals, b.labels, b.bias_slot,
-                                      w,         g2,     p.lr,   p.l2,     p.adagrad_eps,
-                                      p.adagrad, nnz_end};
+  const HogwildRow<L, kVals> f{b.row_ptr, b.cols, b.vals, b.labels,      b.bias_slot, w,
+                               g2,        p.lr,   p.l2,   p.adagrad_eps, p.adagrad,   nnz_end};
   return thrust::transform_reduce(detail::policy(), thrust::counting_iterator<int64_t>(0),
                                   thrust::counting_iterator<int64_t>(b.n_rows), f, 0.0,
                                   thrust::plus<double>());
@@ -110,10 +109,7 @@ double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
 
 template <Loss L>
 double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
-  const bool vals = b.vals != nullptr;
-  const bool bias = b.bias_slot >= 0;
-  if (vals) return bias ? run<L, true, true>(p, b, w, g2) : run<L, true, false>(p, b, w, g2);
-  return bias ? run<L, false, true>(p, b, w, g2) : run<L, false, false>(p, b, w, g2);
+  return b.vals != nullptr ? run<L, true>(p, b, w, g2) : run<L, false>(p, b, w, g2);
 }
 
 }  // namespace

@@ -31,8 +31,8 @@
 //    when the extra accumulators cost less than the atomics they replace:
 //    (threads - 1) * n_slots <= 4 * nnz; with one thread, always (no extras).
 //
-// The functors are instantiated per (loss, has vals, has bias) so that the
-// inner loops carry no branches.
+// The functors are instantiated per (loss, has vals) so that the inner loops
+// carry no branches; the bias is one test per row.
 #include "kernels/linear_gradient.h"
 
 #include <thrust/fill.h>
@@ -66,7 +66,7 @@ constexpr bool kHostBackend = false;
 constexpr bool kHostBackend = true;
 #endif
 
-template <bool kVals, bool kBias>
+template <bool kVals>
 struct RowView {
   const uint64_t* row_ptr;
   const uint32_t* cols;
@@ -85,7 +85,7 @@ struct RowView {
 
   PARAFAB_HD float margin(int64_t i, const float* w) const {
     float m = 0.0f;
-    if constexpr (kBias) m = w[bias_slot];
+    if (bias_slot >= 0) m = w[bias_slot];
     const uint64_t end = row_ptr[i + 1];
     for (uint64_t k = row_ptr[i]; k < end; ++k) {
       if constexpr (kHostBackend) {
@@ -110,7 +110,7 @@ struct RowView {
       }
       acc[cols[k]] += s * value(k);
     }
-    if constexpr (kBias) acc[bias_slot] += s;
+    if (bias_slot >= 0) acc[bias_slot] += s;
   }
 
   // The same with relaxed atomic adds into a shared grad.
@@ -119,14 +119,14 @@ struct RowView {
     for (uint64_t k = row_ptr[i]; k < end; ++k) {
       detail::atomic_add_relaxed(&grad[cols[k]], s * value(k));
     }
-    if constexpr (kBias) detail::atomic_add_relaxed(&grad[bias_slot], s);
+    if (bias_slot >= 0) detail::atomic_add_relaxed(&grad[bias_slot], s);
   }
 };
 
 // Margin, loss and scale (d loss / d margin / n) of one row.
-template <Loss L, bool kVals, bool kBias>
+template <Loss L, bool kVals>
 struct RowLoss {
-  RowView<kVals, kBias> row;
+  RowView<kVals> row;
   const float* labels;
   const float* w;
   float* margins;  // may be null
@@ -142,9 +142,9 @@ struct RowLoss {
 };
 
 // Fused strategy: margin, loss and atomic scatter of row i; returns the loss.
-template <Loss L, bool kVals, bool kBias>
+template <Loss L, bool kVals>
 struct FusedRow {
-  RowLoss<L, kVals, kBias> f;
+  RowLoss<L, kVals> f;
   float* grad;
   PARAFAB_HD double operator()(int64_t i) const {
     double loss = 0.0;
@@ -157,9 +157,9 @@ struct FusedRow {
 #if !PARAFAB_CUDA  // the two-phase strategy: host backend only
 
 // Two-phase strategy, phase 1: scale[i] and the loss of row i.
-template <Loss L, bool kVals, bool kBias>
+template <Loss L, bool kVals>
 struct ScaleRow {
-  RowLoss<L, kVals, kBias> f;
+  RowLoss<L, kVals> f;
   float* scale;
   PARAFAB_HD double operator()(int64_t i) const {
     double loss = 0.0;
@@ -186,9 +186,9 @@ PARAFAB_HD inline int64_t first_row_at(const uint64_t* row_ptr, int64_t n_rows, 
 // Two-phase strategy, phase 2: range c of n_ranges (rows balanced by
 // nonzeros) into its accumulator, grad for c == 0 (starting at l2 * w), else
 // extra + (c - 1) * n_slots (starting at 0).
-template <bool kVals, bool kBias>
+template <bool kVals>
 struct ScatterRange {
-  RowView<kVals, kBias> row;
+  RowView<kVals> row;
   const float* scale;
   const float* w;
   int64_t n_rows;
@@ -238,9 +238,9 @@ struct AddExtra {
 
 #endif  // !PARAFAB_CUDA
 
-template <bool kVals, bool kBias>
+template <bool kVals>
 struct MarginRow {
-  RowView<kVals, kBias> row;
+  RowView<kVals> row;
   const float* w;
   float* out;
   PARAFAB_HD void operator()(int64_t i) const { out[i] = row.margin(i, w); }
@@ -280,19 +280,19 @@ int64_t private_ranges(const CsrBatch& b, int64_t n_slots) {
 #endif
 }
 
-template <Loss L, bool kVals, bool kBias>
+template <Loss L, bool kVals>
 double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2, float* grad,
                     float* margins) {
   uint64_t nnz_end = 0;
   if constexpr (kHostBackend) nnz_end = b.row_ptr[b.n_rows];  // host memory on this backend
-  const RowView<kVals, kBias> row{b.row_ptr, b.cols, b.vals, b.bias_slot, nnz_end};
-  const RowLoss<L, kVals, kBias> f{row, b.labels, w, margins, 1.0f / static_cast<float>(b.n_rows)};
+  const RowView<kVals> row{b.row_ptr, b.cols, b.vals, b.bias_slot, nnz_end};
+  const RowLoss<L, kVals> f{row, b.labels, w, margins, 1.0f / static_cast<float>(b.n_rows)};
   const thrust::counting_iterator<int64_t> first(0);
   const thrust::counting_iterator<int64_t> last(b.n_rows);
   const int64_t ranges = private_ranges(b, n_slots);
   if (ranges == 0) {
     init_l2(w, n_slots, l2, grad);
-    return thrust::transform_reduce(policy(), first, last, FusedRow<L, kVals, kBias>{f, grad}, 0.0,
+    return thrust::transform_reduce(policy(), first, last, FusedRow<L, kVals>{f, grad}, 0.0,
                                     thrust::plus<double>());
   }
 #if !PARAFAB_CUDA
@@ -302,10 +302,10 @@ double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2
     float* scale = scratch.get();
     float* extra = scratch.get() + b.n_rows;
     const double loss = thrust::transform_reduce(
-        policy(), first, last, ScaleRow<L, kVals, kBias>{f, scale}, 0.0, thrust::plus<double>());
+        policy(), first, last, ScaleRow<L, kVals>{f, scale}, 0.0, thrust::plus<double>());
     thrust::for_each(
         policy(), thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(ranges),
-        ScatterRange<kVals, kBias>{row, scale, w, b.n_rows, ranges, n_slots, l2, grad, extra});
+        ScatterRange<kVals>{row, scale, w, b.n_rows, ranges, n_slots, l2, grad, extra});
     if (ranges > 1 && n_slots > 0) {
       thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
                        thrust::counting_iterator<int64_t>(n_slots),
@@ -321,23 +321,17 @@ double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2
 template <Loss L>
 double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2, float* grad,
                     float* margins) {
-  const bool vals = b.vals != nullptr;
-  const bool bias = b.bias_slot >= 0;
-  if (vals) {
-    return bias ? gradient_sum<L, true, true>(b, w, n_slots, l2, grad, margins)
-                : gradient_sum<L, true, false>(b, w, n_slots, l2, grad, margins);
-  }
-  return bias ? gradient_sum<L, false, true>(b, w, n_slots, l2, grad, margins)
-              : gradient_sum<L, false, false>(b, w, n_slots, l2, grad, margins);
+  return b.vals != nullptr ? gradient_sum<L, true>(b, w, n_slots, l2, grad, margins)
+                           : gradient_sum<L, false>(b, w, n_slots, l2, grad, margins);
 }
 
-template <bool kVals, bool kBias>
+template <bool kVals>
 void margins_impl(const CsrBatch& b, const float* w, float* out) {
   uint64_t nnz_end = 0;
   if constexpr (kHostBackend) nnz_end = b.row_ptr[b.n_rows];
-  thrust::for_each(
-      policy(), thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(b.n_rows),
-      MarginRow<kVals, kBias>{{b.row_ptr, b.cols, b.vals, b.bias_slot, nnz_end}, w, out});
+  thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
+                   thrust::counting_iterator<int64_t>(b.n_rows),
+                   MarginRow<kVals>{{b.row_ptr, b.cols, b.vals, b.bias_slot, nnz_end}, w, out});
 }
 
 }  // namespace
@@ -361,12 +355,10 @@ double linear_gradient(Loss loss, const CsrBatch& batch, const float* w, int64_t
 
 void linear_margins(const CsrBatch& batch, const float* w, float* out) {
   if (batch.n_rows <= 0) return;
-  const bool vals = batch.vals != nullptr;
-  const bool bias = batch.bias_slot >= 0;
-  if (vals) {
-    bias ? margins_impl<true, true>(batch, w, out) : margins_impl<true, false>(batch, w, out);
+  if (batch.vals != nullptr) {
+    margins_impl<true>(batch, w, out);
   } else {
-    bias ? margins_impl<false, true>(batch, w, out) : margins_impl<false, false>(batch, w, out);
+    margins_impl<false>(batch, w, out);
   }
 }
 

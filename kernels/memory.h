@@ -1,5 +1,7 @@
-// Backend memory: host heap on the OpenMP backend, cudaMalloc'd device memory
-// under PARAFAB_CUDA. Failures throw std::runtime_error naming the size.
+// Backend memory: host heap on the OpenMP backend (64-byte aligned; blocks of
+// 2 MiB or more aligned to 2 MiB and advised to use transparent huge pages),
+// cudaMalloc'd device memory under PARAFAB_CUDA. Copies are synchronous.
+// Failures throw std::runtime_error naming the size (and cudaGetErrorString).
 #pragma once
 
 #include <cstddef>

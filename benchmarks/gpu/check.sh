@@ -58,7 +58,7 @@ run configure 90 cmake -S "$ROOT" -B "$BUILD" -DPARAFAB_CUDA=ON -DCMAKE_BUILD_TY
 
 KERNEL_TESTS=(kernels_memory_test kernels_linear_gradient_test kernels_hogwild_sgd_test
               kernels_key_compaction_test kernels_metrics_test)
-run build 210 cmake --build "$BUILD" -j "$JOBS" --target "${KERNEL_TESTS[@]}" parafab || exit 1
+run build 240 cmake --build "$BUILD" -j "$JOBS" --target "${KERNEL_TESTS[@]}" parafab || exit 1
 
 for t in "${KERNEL_TESTS[@]}"; do
   run "$t" 60 "$BUILD/tests/$t" --gtest_output="xml:$OUT/$t.xml"

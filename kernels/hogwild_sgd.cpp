@@ -51,14 +51,7 @@ struct HogwildRow {
   bool adagrad;      // a uniform branch: not worth doubling the instantiations
   uint64_t nnz_end;  // row_ptr[n_rows], bounds the host prefetches (0 on CUDA)
 
-  PARAFAB_HD float value(uint64_t k) const {
-    if constexpr (kVals) {
-      return vals[k];
-    } else {
-      (void)k;
-      return 1.0f;
-    }
-  }
+  PARAFAB_HD float value(uint64_t k) const { return detail::nonzero_value<kVals>(vals, k); }
 
   PARAFAB_HD void update(int64_t j, float dx) const {
     float wj = load_relaxed(&w[j]);

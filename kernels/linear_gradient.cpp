@@ -74,14 +74,7 @@ struct RowView {
   int64_t bias_slot;
   uint64_t nnz_end;  // row_ptr[n_rows], bounds the host prefetches (0 on CUDA)
 
-  PARAFAB_HD float value(uint64_t k) const {
-    if constexpr (kVals) {
-      return vals[k];
-    } else {
-      (void)k;
-      return 1.0f;
-    }
-  }
+  PARAFAB_HD float value(uint64_t k) const { return detail::nonzero_value<kVals>(vals, k); }
 
   PARAFAB_HD float margin(int64_t i, const float* w) const {
     float m = 0.0f;

@@ -16,6 +16,19 @@
 
 namespace parafab::kernels::detail {
 
+// The value of nonzero k: vals[k], or 1 when the batch has no values array
+// (kVals false), resolved at compile time so the inner loops do not branch.
+template <bool kVals>
+PARAFAB_HD inline float nonzero_value(const float* vals, uint64_t k) {
+  if constexpr (kVals) {
+    return vals[k];
+  } else {
+    (void)vals;
+    (void)k;
+    return 1.0f;
+  }
+}
+
 struct LossValue {
   float loss;
   float dloss;  // d loss / d margin

@@ -17,13 +17,6 @@
 namespace parafab::worker::detail {
 namespace {
 
-LineStatus fail(LineIssue* issue, uint64_t column, std::string message) {
-  if (issue) {
-    issue->column = column;
-    issue->message = std::move(message);
-  }
-  return LineStatus::kBad;
-}
 
 // Cold path shared by every field: a byte >= 0x80 is reported as such, before
 // whatever else is wrong with the field.
@@ -32,11 +25,11 @@ LineStatus fail_field(std::string_view line, std::string_view field, LineIssue* 
   for (size_t i = 0; i < field.size(); ++i) {
     const auto c = static_cast<unsigned char>(field[i]);
     if (c >= 0x80) {
-      return fail(issue, static_cast<uint64_t>(field.data() + i - line.data()) + 1,
+      return fail_line(issue, static_cast<uint64_t>(field.data() + i - line.data()) + 1,
                   fmt::format("non-ASCII byte 0x{:02x}", c));
     }
   }
-  return fail(issue, static_cast<uint64_t>(field.data() - line.data()) + 1, std::move(message));
+  return fail_line(issue, static_cast<uint64_t>(field.data() - line.data()) + 1, std::move(message));
 }
 
 // The number of '\t' bytes, eight at a time: a byte of x is zero exactly
@@ -105,7 +98,7 @@ LineStatus parse_criteo_line(std::string_view line, DatasetArrays& out, LineIssu
 
   const size_t tabs = count_tabs(line);
   if (tabs + 1 != kCriteoFields) {
-    return fail(issue, 1, fmt::format("expected {} tab-separated fields, found {}", kCriteoFields, tabs + 1));
+    return fail_line(issue, 1, fmt::format("expected {} tab-separated fields, found {}", kCriteoFields, tabs + 1));
   }
   // From here every field but the last ends at a '\t'; `p` steps past it.
   auto whole_field = [&](const char* b) { return std::string_view(b, static_cast<size_t>(field_end(b, end) - b)); };

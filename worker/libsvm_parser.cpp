@@ -44,13 +44,6 @@ std::string quote_token(std::string_view tok) {
 
 namespace {
 
-LineStatus fail(LineIssue* issue, uint64_t column, std::string message) {
-  if (issue) {
-    issue->column = column;
-    issue->message = std::move(message);
-  }
-  return LineStatus::kBad;
-}
 
 uint64_t column_of(std::string_view line, const char* p) {
   return static_cast<uint64_t>(p - line.data()) + 1;
@@ -61,7 +54,7 @@ bool find_non_ascii(std::string_view line, const char* b, const char* e, LineIss
   for (const char* p = b; p != e; ++p) {
     const auto c = static_cast<unsigned char>(*p);
     if (c >= 0x80) {
-      fail(issue, column_of(line, p), fmt::format("non-ASCII byte 0x{:02x}", c));
+      fail_line(issue, column_of(line, p), fmt::format("non-ASCII byte 0x{:02x}", c));
       return true;
     }
   }
@@ -97,12 +90,12 @@ LineStatus diagnose_label(std::string_view line, const char* b, const char* e, L
   if (find_non_ascii(line, b, e, issue)) return LineStatus::kBad;
   const std::string_view tok(b, static_cast<size_t>(e - b));
   if (tok.starts_with("qid:")) {
-    return fail(issue, col, fmt::format("missing label: line starts with {} (qid: ranking tokens are not supported)", quote_token(tok)));
+    return fail_line(issue, col, fmt::format("missing label: line starts with {} (qid: ranking tokens are not supported)", quote_token(tok)));
   }
   if (tok.find(':') != std::string_view::npos) {
-    return fail(issue, col, fmt::format("missing label: line starts with feature {}", quote_token(tok)));
+    return fail_line(issue, col, fmt::format("missing label: line starts with feature {}", quote_token(tok)));
   }
-  return fail(issue, col,
+  return fail_line(issue, col,
               fmt::format("label must be one of +1, 1, -1, 0, 1.0, -1.0, 0.0; got {}", quote_token(tok)));
 }
 
@@ -115,48 +108,48 @@ LineStatus diagnose_feature(std::string_view line, const char* b, LineIssue* iss
   if (find_non_ascii(line, b, e, issue)) return LineStatus::kBad;
   const std::string_view tok(b, static_cast<size_t>(e - b));
   if (tok.starts_with("qid:")) {
-    return fail(issue, col, fmt::format("qid: tokens (ranking queries) are not supported: {}", quote_token(tok)));
+    return fail_line(issue, col, fmt::format("qid: tokens (ranking queries) are not supported: {}", quote_token(tok)));
   }
   const size_t colon = tok.find(':');
   if (colon == std::string_view::npos) {
-    return fail(issue, col, fmt::format("feature {} has no ':' (expected index:value)", quote_token(tok)));
+    return fail_line(issue, col, fmt::format("feature {} has no ':' (expected index:value)", quote_token(tok)));
   }
-  if (colon == 0) return fail(issue, col, fmt::format("empty feature index in {}", quote_token(tok)));
+  if (colon == 0) return fail_line(issue, col, fmt::format("empty feature index in {}", quote_token(tok)));
   uint64_t idx = 0;
   auto [ip, iec] = std::from_chars(b, b + colon, idx);
   if (iec == std::errc::result_out_of_range && ip == b + colon) {
-    return fail(issue, col, fmt::format("feature index in {} does not fit in 64 bits", quote_token(tok)));
+    return fail_line(issue, col, fmt::format("feature index in {} does not fit in 64 bits", quote_token(tok)));
   }
   if (iec != std::errc{} || ip != b + colon) {
     if (tok[0] == '-') {
-      return fail(issue, col, fmt::format("feature index must be a non-negative integer, got {}", quote_token(tok)));
+      return fail_line(issue, col, fmt::format("feature index must be a non-negative integer, got {}", quote_token(tok)));
     }
-    return fail(issue, col, fmt::format("bad feature index in {}", quote_token(tok)));
+    return fail_line(issue, col, fmt::format("bad feature index in {}", quote_token(tok)));
   }
   const char* vb = b + colon + 1;
-  if (vb == e) return fail(issue, col, fmt::format("empty feature value in {}", quote_token(tok)));
+  if (vb == e) return fail_line(issue, col, fmt::format("empty feature value in {}", quote_token(tok)));
   float v = 0;
   switch (parse_float_exact(vb, e, &v)) {
     case FloatParse::kOutOfRange:
-      return fail(issue, col, fmt::format("feature value out of float range in {}", quote_token(tok)));
+      return fail_line(issue, col, fmt::format("feature value out of float range in {}", quote_token(tok)));
     case FloatParse::kBad: {
       // Distinguish "3:1.0x" (a number, then junk) from "3:abc".
       float lead = 0;
       const char* nb = (*vb == '+') ? vb + 1 : vb;
       auto [np, nec] = std::from_chars(nb, e, lead);
       if (nec == std::errc{} && np != nb && np != e) {
-        return fail(issue, col, fmt::format("trailing characters after feature value in {}", quote_token(tok)));
+        return fail_line(issue, col, fmt::format("trailing characters after feature value in {}", quote_token(tok)));
       }
-      return fail(issue, col, fmt::format("bad feature value in {}", quote_token(tok)));
+      return fail_line(issue, col, fmt::format("bad feature value in {}", quote_token(tok)));
     }
     case FloatParse::kOk:
       break;
   }
   if (!std::isfinite(v)) {
-    return fail(issue, col, fmt::format("feature value is {} in {} (values must be finite)",
+    return fail_line(issue, col, fmt::format("feature value is {} in {} (values must be finite)",
                                         std::isnan(v) ? "NaN" : "infinite", quote_token(tok)));
   }
-  return fail(issue, col, fmt::format("bad feature {}", quote_token(tok)));
+  return fail_line(issue, col, fmt::format("bad feature {}", quote_token(tok)));
 }
 
 // The rest of the line from '#' on: any bytes, as long as they are UTF-8.
@@ -167,7 +160,7 @@ LineStatus check_comment(std::string_view line, const char* p, LineIssue* issue)
   if (q == end) return LineStatus::kNoData;
   size_t bad = 0;
   if (valid_utf8(std::string_view(p, static_cast<size_t>(end - p)), &bad)) return LineStatus::kNoData;
-  return fail(issue, column_of(line, p + bad),
+  return fail_line(issue, column_of(line, p + bad),
               fmt::format("invalid UTF-8 in comment (byte 0x{:02x})", static_cast<unsigned char>(p[bad])));
 }
 
@@ -336,6 +329,14 @@ LineStatus parse_libsvm_line(std::string_view line, DatasetArrays& out, LineIssu
   out.labels.push_back(label);
   out.row_ptr.push_back(out.keys.size());
   return LineStatus::kRow;
+}
+
+LineStatus fail_line(LineIssue* issue, uint64_t column, std::string message) {
+  if (issue) {
+    issue->column = column;
+    issue->message = std::move(message);
+  }
+  return LineStatus::kBad;
 }
 
 }  // namespace parafab::worker::detail

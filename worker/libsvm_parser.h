@@ -31,6 +31,9 @@ std::string quote_token(std::string_view tok);
 // `label idx:val idx:val ... [# comment]`. Labels +1/1/1.0 -> 1 and
 // -1/0/-1.0/0.0 -> 0; indices are uint64 keys as written (0 allowed, any order,
 // duplicates kept); values finite floats. Never throws on bad input.
+// Records column and message in issue (when not null) and returns kBad.
+LineStatus fail_line(LineIssue* issue, uint64_t column, std::string message);
+
 LineStatus parse_libsvm_line(std::string_view line, DatasetArrays& out, LineIssue* issue);
 
 // True for a line that a libsvm reader skips (blank, or '#' after blanks).

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "tests/trainer/temp_dir.h"
+#include "tests/common/temp_dir.h"
 
 namespace parafab {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "tests/trainer/temp_dir.h"
+#include "tests/common/temp_dir.h"
 #include "worker/data_error.h"
 
 namespace parafab::worker {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tests/trainer/temp_dir.h"
+#include "tests/common/temp_dir.h"
 #include "worker/data_reader.h"
 #include "worker/synthetic_data.h"
 

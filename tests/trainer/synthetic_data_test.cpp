@@ -6,7 +6,7 @@
 #include <fstream>
 #include <set>
 
-#include "tests/trainer/temp_dir.h"
+#include "tests/common/temp_dir.h"
 #include "worker/data_reader.h"
 
 namespace parafab::worker {

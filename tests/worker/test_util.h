@@ -13,34 +13,13 @@
 #include <sstream>
 #include <string>
 
+#include "tests/common/temp_dir.h"
 #include "worker/data_error.h"
 #include "worker/dataset.h"
 
 namespace parafab::worker::test {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("parafab_worker_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-             std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using parafab::testing::TempDir;
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

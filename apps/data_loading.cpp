@@ -33,8 +33,10 @@ worker::Dataset load_data(const std::string& role, const std::string& path, cons
                            from_cache ? "mapped" : (cache_path.empty() ? "parsed" : "parsed and cached"), s)
                    .c_str());
   if (stats.skipped_lines > 0) {
-    std::fprintf(stderr, "%s: skipped %llu bad line(s) (--skip-bad-lines); first:\n", path.c_str(),
-                 static_cast<unsigned long long>(stats.skipped_lines));
+    std::fprintf(stderr, "%s: skipped %llu bad line(s) (--skip-bad-lines)%s\n", path.c_str(),
+                 static_cast<unsigned long long>(stats.skipped_lines),
+                 stats.first_errors.empty() ? " when its cache was built; parse without --cache to list them"
+                                            : "; first:");
     for (const auto& e : stats.first_errors) std::fprintf(stderr, "  %s\n", e.c_str());
   }
   if (d.rows() == 0) std::fprintf(stderr, "warning: %s holds no examples\n", path.c_str());

@@ -38,7 +38,7 @@ constexpr uint32_t kVersion = 1;
 struct CacheHeader {
   char magic[8];
   uint32_t version;
-  uint32_t reserved;  // 0
+  uint32_t skipped_lines;  // bad lines skipped when the cache was built (saturated)
   uint64_t rows;
   uint64_t nnz;
   uint64_t source_size;
@@ -158,7 +158,8 @@ SourceStamp source_stamp(const std::string& path) {
                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
-void write_binary_cache(const std::string& path, const Dataset& data, const SourceStamp& source) {
+void write_binary_cache(const std::string& path, const Dataset& data, const SourceStamp& source,
+                        uint64_t skipped_lines) {
   const Arrays a = checked_arrays(data, path);
 
   CacheHeader h{};
@@ -168,6 +169,7 @@ void write_binary_cache(const std::string& path, const Dataset& data, const Sour
   h.nnz = a.keys.size();
   h.source_size = source.size;
   h.source_mtime_ns = source.mtime_ns;
+  h.skipped_lines = static_cast<uint32_t>(std::min<uint64_t>(skipped_lines, UINT32_MAX));
   XXH64_state_t* state = XXH64_createState();
   if (state == nullptr) throw std::bad_alloc();
   XXH64_reset(state, 0);
@@ -198,7 +200,7 @@ void write_binary_cache(const std::string& path, const Dataset& data, const Sour
   fsync_parent_dir(path);
 }
 
-Dataset open_binary_cache(const std::string& path, SourceStamp* source) {
+Dataset open_binary_cache(const std::string& path, SourceStamp* source, uint64_t* skipped_lines) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.fd < 0) throw DataError(path, "cannot open cache: " + errno_text(errno));
   struct stat st {};
@@ -255,6 +257,7 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source) {
     }
   }
   if (source) *source = SourceStamp{h.source_size, h.source_mtime_ns};
+  if (skipped_lines) *skipped_lines = h.skipped_lines;
   DatasetView view{{labels, h.rows}, {row_ptr, h.rows + 1}, {keys, h.nnz}, {values, h.nnz}};
   return Dataset(view, std::move(mapping));
 }
@@ -268,11 +271,15 @@ Dataset load_dataset(const std::string& path, const ReadOptions& options, const 
   const SourceStamp now = source_stamp(path);
   try {
     SourceStamp recorded;
-    Dataset cached = open_binary_cache(cache_path, &recorded);
-    if (recorded == now) {
+    uint64_t skipped = 0;
+    Dataset cached = open_binary_cache(cache_path, &recorded, &skipped);
+    // A cache built by skipping bad lines serves only runs that skip too;
+    // without the flag the text is parsed again and its first bad line stops it.
+    if (recorded == now && (skipped == 0 || options.skip_bad_lines)) {
       if (stats) {
         *stats = ReadStats{};
         stats->examples = cached.rows();
+        stats->skipped_lines = skipped;
       }
       if (from_cache) *from_cache = true;
       return cached;
@@ -280,8 +287,10 @@ Dataset load_dataset(const std::string& path, const ReadOptions& options, const 
   } catch (const DataError&) {
     // Missing, stale or damaged: rebuild it below.
   }
-  Dataset parsed = read_text_dataset(path, options, stats);
-  write_binary_cache(cache_path, parsed, now);
+  ReadStats local;
+  ReadStats* st = stats ? stats : &local;
+  Dataset parsed = read_text_dataset(path, options, st);
+  write_binary_cache(cache_path, parsed, now, st->skipped_lines);
   return parsed;
 }
 

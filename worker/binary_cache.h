@@ -1,7 +1,7 @@
 // The binary cache of a parsed data set: written once, memory-mapped after.
 //
 // Layout (little-endian): a 64-byte header {char magic[8] "PFABCSH1",
-// u32 version (1), u32 reserved (0), u64 rows, u64 nnz, u64 source size,
+// u32 version (1), u32 skipped lines, u64 rows, u64 nnz, u64 source size,
 // i64 source mtime (ns), u64 xxHash64 of the payload, u64 xxHash64 of the
 // header's first 56 bytes} (both hashes seed 0), then the payload: labels
 // (float[rows]), row_ptr (uint64[rows+1]), keys (uint64[nnz]), values
@@ -10,8 +10,9 @@
 // reads any array: the header fits, magic, version, header checksum, the
 // sizes against the file length, the payload checksum, then row_ptr
 // (0 .. nnz, non-decreasing). A cache whose recorded source size/mtime differ
-// from the source is stale. The parse options (format, skip_bad_lines) are not
-// recorded: a cache serves whatever options it was built with.
+// from the source is stale. The number of bad lines skipped while building it
+// is recorded: load_dataset serves such a cache only to runs that skip bad
+// lines too. The format is not recorded (auto-detection decides it anyway).
 //
 // The mapping stays alive as long as any copy of the returned Dataset. It is
 // safe against our own rewrites (they rename a new file over the old one), not
@@ -40,11 +41,15 @@ struct SourceStamp {
 SourceStamp source_stamp(const std::string& path);
 
 // Writes atomically (temp file, fsync, rename). Throws DataError on I/O errors.
-void write_binary_cache(const std::string& path, const Dataset& data, const SourceStamp& source);
+// skipped_lines: bad lines the parse skipped (--skip-bad-lines), recorded so
+// that a later run without the flag does not silently inherit the skips.
+void write_binary_cache(const std::string& path, const Dataset& data, const SourceStamp& source,
+                        uint64_t skipped_lines = 0);
 
 // Maps and validates a cache; throws DataError naming the path and what is
 // wrong (bad magic, version, truncated, checksum mismatch).
-Dataset open_binary_cache(const std::string& path, SourceStamp* source = nullptr);
+Dataset open_binary_cache(const std::string& path, SourceStamp* source = nullptr,
+                          uint64_t* skipped_lines = nullptr);
 
 // The usual entry: if cache_path is non-empty and holds a valid cache of the
 // current source, map it; otherwise parse the text and (when cache_path is

@@ -126,6 +126,19 @@ TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "skipped 1 bad line")) << r.out;
   EXPECT_TRUE(contains(r.out, "3 examples")) << r.out;
+
+  // A cache built while skipping serves skipping runs only: without the flag
+  // the bad line stops the run as if there were no cache.
+  const std::string cache = dir_->file("bad.pfc");
+  r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "mapped")) << r.out;
+  EXPECT_TRUE(contains(r.out, "skipped 1 bad line")) << r.out;
+  r = run_cli("train --train " + bad + " --epochs 1 --cache " + cache);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, bad + ":3:")) << r.out;
 }
 
 TEST_F(Cli, CorruptModelIsRefused) {

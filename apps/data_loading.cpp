@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
 
 namespace parafab::apps {
 
@@ -12,6 +16,14 @@ std::string human_count(double v) {
   if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
   if (v >= 1e4) return fmt::format("{:.1f}k", v / 1e3);
   return fmt::format("{:.0f}", v);
+}
+
+void write_probabilities(const std::string& path, const std::vector<float>& p) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, &std::fclose);
+  for (float x : p) std::fprintf(f, "%.7g\n", x);
+  if (std::fflush(f) != 0) throw std::runtime_error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
 }
 
 worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "worker/binary_cache.h"
 #include "worker/data_reader.h"
@@ -19,6 +20,10 @@ struct DataFlags {
 // skipped-line report to stderr. Throws worker::DataError on bad input.
 worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
                           int threads, const std::string& cache_path);
+
+// Writes one probability per line ("%.7g"), in order. Throws
+// std::runtime_error naming the path on I/O errors.
+void write_probabilities(const std::string& path, const std::vector<float>& probabilities);
 
 // "1.23M", "456.7k", "12".
 std::string human_count(double v);

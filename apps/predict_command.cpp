@@ -29,11 +29,7 @@ int run_predict(const PredictFlags& f) {
   const worker::SlotCsr csr = worker::SlotCsr::build(data.view(), model.map, f.threads);
   std::vector<float> probs;
   const worker::Evaluation e = predictor.evaluate(csr, &probs);
-  std::FILE* out = std::fopen(f.out.c_str(), "w");
-  if (!out) throw std::runtime_error(fmt::format("{}: cannot open for writing: {}", f.out, std::strerror(errno)));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(out, &std::fclose);
-  for (float p : probs) std::fprintf(out, "%.7g\n", p);
-  if (std::fflush(out) != 0) throw std::runtime_error(fmt::format("{}: write failed", f.out));
+  write_probabilities(f.out, probs);
   std::printf("data (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f\n",
               static_cast<unsigned long long>(e.examples), e.log_loss, e.auc, e.accuracy);
   std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size(), f.out.c_str());

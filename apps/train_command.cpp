@@ -44,14 +44,6 @@ double planted_log_loss(const std::string& path, const worker::Dataset& test) {
   return v.rows() ? sum / static_cast<double>(v.rows()) : 0;
 }
 
-void write_predictions(const std::string& path, const std::vector<float>& p) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, &std::fclose);
-  for (float x : p) std::fprintf(f, "%.7g\n", x);
-  if (std::fflush(f) != 0) throw std::runtime_error(fmt::format("{}: write failed", path));
-}
-
 int run_train(const TrainFlags& flags) {
   worker::TrainOptions opt = flags.opt;
   opt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
@@ -108,7 +100,7 @@ int run_train(const TrainFlags& flags) {
                   static_cast<unsigned long long>(te.examples), pl, te.log_loss / pl);
     }
     if (!flags.predictions.empty()) {
-      write_predictions(flags.predictions, probs);
+      write_probabilities(flags.predictions, probs);
       std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size(), flags.predictions.c_str());
     }
   }

@@ -26,24 +26,6 @@ struct TrainFlags {
   bool quiet = false;
 };
 
-// Log loss of the planted model on the test set: the Bayes floor a learner
-// can approach but, in expectation, not beat.
-double planted_log_loss(const std::string& path, const worker::Dataset& test) {
-  const worker::PlantedModel m = worker::read_planted_model(path);
-  const auto v = test.view();
-  double sum = 0;
-  for (size_t i = 0; i < v.rows(); ++i) {
-    const auto k = v.row_keys(i);
-    const auto x = v.row_values(i);
-    const double z = m.margin(k.data(), x.data(), k.size());
-    const double y = v.labels[i];
-    // -log sigmoid(+-z), stable.
-    const double s = y > 0.5 ? z : -z;
-    sum += s >= 0 ? std::log1p(std::exp(-s)) : -s + std::log1p(std::exp(s));
-  }
-  return v.rows() ? sum / static_cast<double>(v.rows()) : 0;
-}
-
 int run_train(const TrainFlags& flags) {
   worker::TrainOptions opt = flags.opt;
   opt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
@@ -95,7 +77,7 @@ int run_train(const TrainFlags& flags) {
       std::fprintf(stderr, "note: %llu test nonzeros have keys never seen in training (weight 0)\n",
                    static_cast<unsigned long long>(test_csr.dropped));
     if (!flags.planted.empty()) {
-      const double pl = planted_log_loss(flags.planted, *test);
+      const double pl = worker::read_planted_model(flags.planted).log_loss(test->view());
       std::printf("planted  (%llu examples): log loss %.6f  (learned / planted = %.4f)\n",
                   static_cast<unsigned long long>(te.examples), pl, te.log_loss / pl);
     }

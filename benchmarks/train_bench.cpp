@@ -55,15 +55,6 @@ double log_loss_of(const std::vector<double>& p_pos, const worker::DatasetView& 
   return test.rows() ? sum / static_cast<double>(test.rows()) : 0;
 }
 
-double planted_log_loss(const worker::PlantedModel& m, const worker::DatasetView& test) {
-  std::vector<double> p(test.rows());
-  for (size_t i = 0; i < test.rows(); ++i) {
-    const auto k = test.row_keys(i);
-    p[i] = 1 / (1 + std::exp(-m.margin(k.data(), test.row_values(i).data(), k.size())));
-  }
-  return log_loss_of(p, test);
-}
-
 // liblinear-predict -b 1 output: "labels 1 -1" then "label p1 p2" lines.
 std::optional<double> liblinear_log_loss(const std::string& pred, const worker::DatasetView& test) {
   std::ifstream in(pred);
@@ -134,7 +125,7 @@ int run_train_bench(const TrainBenchOptions& o, std::ostream& out) {
   worker::ReadOptions ropt;
   ropt.format = worker::DataFormat::kLibsvm;
   const worker::Dataset test = worker::read_text_dataset(test_svm, ropt);
-  const double planted = planted_log_loss(worker::read_planted_model(weights), test.view());
+  const double planted = worker::read_planted_model(weights).log_loss(test.view());
   report.add(BenchRecord("train", "planted_model", planted, "log loss").with("examples", test.rows()));
 
   // From text: parse + map + one epoch, the pass VW makes from text.

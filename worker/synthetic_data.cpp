@@ -134,6 +134,18 @@ double PlantedModel::margin(const uint64_t* keys, const float* values, size_t n)
   return m;
 }
 
+double PlantedModel::log_loss(const DatasetView& data) const {
+  double sum = 0;
+  for (size_t i = 0; i < data.rows(); ++i) {
+    const auto k = data.row_keys(i);
+    const double z = margin(k.data(), data.row_values(i).data(), k.size());
+    // -log sigmoid(+-z), stable for any z.
+    const double s = data.labels[i] > 0.5f ? z : -z;
+    sum += s >= 0 ? std::log1p(std::exp(-s)) : -s + std::log1p(std::exp(s));
+  }
+  return data.rows() ? sum / static_cast<double>(data.rows()) : 0;
+}
+
 PlantedModel make_planted_model(const SyntheticOptions& o) {
   validate(o);
   PlantedModel m;

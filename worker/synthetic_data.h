@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/dataset.h"
+
 namespace parafab::worker {
 
 struct SyntheticOptions {
@@ -35,6 +37,9 @@ struct PlantedModel {
   std::vector<double> weights;  // by feature id; libsvm index = id + 1
   // Margin of a libsvm example with these keys (all values 1 are not assumed).
   double margin(const uint64_t* keys, const float* values, size_t n) const;
+  // Mean log loss of the model's probabilities on data (libsvm keys): the
+  // floor, in expectation, for any learner on data drawn from this model.
+  double log_loss(const DatasetView& data) const;
 };
 
 // The planted model of the options (deterministic in seed).

@@ -142,6 +142,7 @@ TEST(LocalTrainer, DefaultsMatchLiblinearOnAPlantedProblem) {
   t.train(SlotCsr::build(s.train.view(), map, 2));
   const Evaluation ours = t.evaluate(SlotCsr::build(s.test.view(), map, 2));
   const double planted = planted_log_loss(s);
+  EXPECT_NEAR(s.planted.log_loss(s.test.view()), planted, 1e-9);
   std::printf("held-out log loss: parafab %.5f, planted %.5f\n", ours.log_loss, planted);
   // The planted loss is a floor in expectation; at this sample size rare
   // features cannot be learned, so the gap is several percent.

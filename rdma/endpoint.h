@@ -1,0 +1,122 @@
+// One libfabric RDM endpoint with everything it owns: fabric, domain,
+// completion queue, address vector, a pool of posted receive buffers and a
+// progress thread. It carries two kinds of traffic:
+//
+// - messages: `send` a tagged byte sequence (scatter-gather) to a peer;
+//   the peer gets it whole from `receive`, however large (see
+//   message_framing.h for chunking past max_msg_size);
+// - one-sided RMA: `read`/`write` a peer's registered region.
+//
+// Every operation returns a future that becomes ready with a Status within
+// the endpoint's timeout, whatever the peer does. Peers are named by the
+// caller's own ranks (PeerId); their addresses come from the control plane.
+//
+//   rdma::Endpoint a(options), b(options);
+//   a.add_peer(1, b.address());  b.add_peer(0, a.address());
+//   rdma::Status s = a.send(1, /*tag=*/7, data.data(), data.size()).get();
+//   std::optional<rdma::Message> m = b.receive(std::chrono::seconds(5));  // m->from == 0
+//
+// Buffers handed to send/read/write must stay valid until the future is
+// ready; after a timeout the provider may still touch them until the
+// endpoint is destroyed.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rdma/endpoint_options.h"
+#include "rdma/fabric_info.h"
+#include "rdma/memory_region.h"
+#include "rdma/status.h"
+
+namespace parafab::rdma {
+
+using PeerId = uint32_t;
+
+// One piece of a scatter-gather send.
+struct ConstBuffer {
+  const void* data = nullptr;
+  size_t size = 0;
+};
+
+struct Message {
+  PeerId from = 0;
+  uint64_t tag = 0;
+  std::vector<std::byte> data;
+};
+
+struct EndpointStats {
+  uint64_t messages_sent = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t bytes_received = 0;
+  uint64_t rma_bytes = 0;
+  uint64_t dropped_unknown_sender = 0;  // from an address not added with add_peer
+  uint64_t dropped_malformed = 0;       // bad frame header, truncated, over the inbound limit
+  uint64_t inbound_failed = 0;          // large messages whose chunks failed or timed out
+  uint64_t timed_out = 0;               // operations failed by the timeout
+  uint64_t error_completions = 0;       // error completions read from the CQ
+};
+
+class Endpoint {
+ public:
+  // Opens the provider and starts the progress thread. Throws FabricError
+  // naming the provider and node when that fails.
+  explicit Endpoint(EndpointOptions options);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  const EndpointOptions& options() const;
+  const ProviderInfo& provider() const;
+  // Bytes per libfabric message or RMA transfer: min(provider limit, option).
+  size_t max_chunk_bytes() const;
+  bool supports_rma() const;
+  bool supports_hmem() const;
+
+  // This endpoint's fi_getname blob, for the control plane to hand around.
+  std::vector<std::byte> address() const;
+  // Human-readable form of an address blob (fi_av_straddr), e.g.
+  // "fi_sockaddr_in://127.0.0.1:41234".
+  std::string address_string() const;
+  std::string peer_address_string(PeerId peer) const;
+
+  // Inserts a peer's address blob. Throws FabricError (call "fi_av_insert")
+  // naming the peer and the blob when it is not an address of this provider.
+  void add_peer(PeerId peer, std::span<const std::byte> address);
+  bool has_peer(PeerId peer) const;
+
+  std::future<Status> send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces);
+  std::future<Status> send(PeerId to, uint64_t tag, const void* data, size_t size);
+  // The next complete message from a known peer, or nullopt after `timeout`.
+  std::optional<Message> receive(std::chrono::milliseconds timeout);
+
+  // Registers [base, base+length) with `access` (kRemoteRead, ...). Throws
+  // FabricError; kCuda without FI_HMEM is -FI_EOPNOTSUPP.
+  MemoryRegion register_memory(void* base, size_t length, uint64_t access,
+                               MemoryKind kind = MemoryKind::kHost, int cuda_device = 0);
+  // One-sided read of `size` bytes at `offset` in the peer's region into
+  // `local` (write: the other way). `local_region`, when given, must contain
+  // the local buffer; providers with FI_MR_LOCAL otherwise register it for
+  // the duration of the operation.
+  std::future<Status> read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
+                           const MemoryRegion* local_region = nullptr);
+  std::future<Status> write(PeerId to, const void* local, size_t size, const RemoteKey& remote, uint64_t offset,
+                            const MemoryRegion* local_region = nullptr);
+
+  EndpointStats stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace parafab::rdma

@@ -1,0 +1,40 @@
+// Everything an Endpoint is configured with. apps/ fills it from flags; the
+// library reads no environment (STYLE.md).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace parafab::rdma {
+
+struct EndpointOptions {
+  // libfabric provider, FI_PROVIDER syntax: "tcp;ofi_rxm", "shm",
+  // "verbs;ofi_rxm", "efa".
+  std::string provider = "tcp;ofi_rxm";
+  // Address to bind. Empty: the provider's choice (shm ignores it). On this
+  // project's machines tests always give 127.0.0.1.
+  std::string node = "127.0.0.1";
+  // Largest single libfabric message or RMA transfer: 0 takes the provider's
+  // max_msg_size; a smaller value forces chunking (tests use it to exercise
+  // reassembly with providers whose limit is 2^64).
+  size_t max_message_bytes = 0;
+  // Messages of up to this many bytes (header included) travel in one send
+  // into a posted receive buffer; larger ones go as a header plus tagged
+  // chunks received straight into their final buffer.
+  size_t eager_bytes = 64 * 1024;
+  // Receive buffers posted for unsolicited messages.
+  size_t receive_buffers = 64;
+  // Largest inbound message accepted; a header announcing more is dropped
+  // and counted (a hostile or corrupt peer cannot make us allocate 2^60 bytes).
+  size_t max_inbound_bytes = size_t{4} << 30;
+  // libfabric operations posted and not yet completed; more wait (back-pressure).
+  size_t max_in_flight = 256;
+  // Every operation completes within this time, with an error if need be.
+  std::chrono::milliseconds timeout{30000};
+  // Ask the provider for FI_HMEM (GPU memory registration). Off by default:
+  // providers without it would otherwise not be found.
+  bool hmem = false;
+};
+
+}  // namespace parafab::rdma

@@ -1,0 +1,202 @@
+// Tagged messages over real libfabric on loopback: every size from empty to
+// past the message limit, several in flight, scatter-gather, many peers.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <map>
+#include <tuple>
+
+#include "rdma/endpoint.h"
+#include "rdma/fabric_error.h"
+#include "tests/rdma/endpoint_test_util.h"
+
+namespace parafab::rdma {
+namespace {
+
+using testing::first_mismatch;
+using testing::make_mesh;
+using testing::options_for;
+using testing::pattern;
+
+constexpr size_t kKiB = 1024;
+constexpr size_t kMiB = 1024 * 1024;
+
+// provider, message bytes, messages in flight, forced message limit (0: provider's)
+using Case = std::tuple<std::string, size_t, size_t, size_t>;
+
+class EndpointMessages : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EndpointMessages, EveryByteArrivesInOrderOfTags) {
+  const auto& [provider, bytes, in_flight, limit] = GetParam();
+  EndpointOptions o = options_for(provider);
+  o.max_message_bytes = limit;
+  auto eps = make_mesh(2, o);
+  if (limit != 0) {
+    ASSERT_EQ(eps[0]->max_chunk_bytes(), limit);
+  }
+
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<std::future<Status>> sent;
+  for (size_t m = 0; m < in_flight; ++m) payloads.push_back(pattern(0, m, bytes));
+  for (size_t m = 0; m < in_flight; ++m) {
+    sent.push_back(eps[0]->send(1, /*tag=*/1000 + m, payloads[m].data(), payloads[m].size()));
+  }
+  std::map<uint64_t, std::vector<std::byte>> got;
+  for (size_t m = 0; m < in_flight; ++m) {
+    auto msg = eps[1]->receive(std::chrono::seconds(30));
+    ASSERT_TRUE(msg) << "message " << m << " of " << in_flight << " never arrived";
+    EXPECT_EQ(msg->from, 0u);
+    got[msg->tag] = std::move(msg->data);
+  }
+  for (auto& f : sent) {
+    const Status s = f.get();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  ASSERT_EQ(got.size(), in_flight);
+  for (size_t m = 0; m < in_flight; ++m) {
+    ASSERT_TRUE(got.count(1000 + m)) << "tag " << 1000 + m << " missing";
+    EXPECT_EQ(first_mismatch(got[1000 + m], 0, m, bytes), -1) << "message " << m << " of " << bytes << " bytes";
+  }
+  const EndpointStats st = eps[1]->stats();
+  EXPECT_EQ(st.messages_received, in_flight);
+  EXPECT_EQ(st.dropped_malformed, 0u);
+  EXPECT_EQ(eps[0]->stats().messages_sent, in_flight);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string p = std::get<0>(info.param);
+  for (char& c : p) {
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return p + "_" + std::to_string(std::get<1>(info.param)) + "B_x" + std::to_string(std::get<2>(info.param)) +
+         (std::get<3>(info.param) ? "_limit" + std::to_string(std::get<3>(info.param)) : "");
+}
+
+const std::vector<size_t> kSizes = {0, 1, 4 * kKiB, 64 * kKiB, kMiB};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const char* p : {"tcp;ofi_rxm", "shm"}) {
+    for (size_t s : kSizes) {
+      for (size_t f : {size_t{1}, size_t{8}}) out.emplace_back(p, s, f, 0);
+    }
+    out.emplace_back(p, 64 * kMiB, 1, 0);
+    // Past the message limit: chunked and reassembled, odd sizes included.
+    out.emplace_back(p, 64 * kKiB + 3, 4, 4 * kKiB);
+    out.emplace_back(p, kMiB + 1, 2, 64 * kKiB);
+    out.emplace_back(p, 3 * kMiB + 7, 1, 256);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, EndpointMessages, ::testing::ValuesIn(cases()), case_name);
+
+class EndpointPerProvider : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EndpointPerProvider, ScatterGatherWithMorePiecesThanTheIovLimit) {
+  EndpointOptions o = options_for(GetParam());
+  o.max_message_bytes = 8 * kKiB;  // chunks span several pieces
+  auto eps = make_mesh(2, o);
+  const auto whole = pattern(0, 5, 100 * kKiB + 11);
+  // 37 pieces of uneven sizes, some empty.
+  std::vector<ConstBuffer> pieces;
+  size_t at = 0;
+  for (size_t i = 0; at < whole.size(); ++i) {
+    const size_t n = std::min(whole.size() - at, (i % 5 == 0) ? size_t{0} : 97 * i + 13);
+    pieces.push_back({whole.data() + at, n});
+    at += n;
+  }
+  ASSERT_GT(pieces.size(), 8u);
+  auto fut = eps[0]->send(1, 77, pieces);
+  auto msg = eps[1]->receive(std::chrono::seconds(20));
+  ASSERT_TRUE(msg);
+  EXPECT_TRUE(fut.get().ok());
+  EXPECT_EQ(msg->tag, 77u);
+  EXPECT_EQ(first_mismatch(msg->data, 0, 5, whole.size()), -1);
+}
+
+TEST_P(EndpointPerProvider, EightPeersAllToAll) {
+  constexpr size_t kPeers = 8;
+  auto eps = make_mesh(kPeers, options_for(GetParam()));
+  std::vector<std::vector<std::byte>> payloads(kPeers * kPeers);
+  std::vector<std::future<Status>> sent;
+  for (size_t i = 0; i < kPeers; ++i) {
+    for (size_t j = 0; j < kPeers; ++j) {
+      if (i == j) continue;
+      // Sizes differ per pair: eager and chunked paths both in play.
+      payloads[i * kPeers + j] = pattern(i, j, (i * kPeers + j) * 3001 + 1);
+      sent.push_back(eps[i]->send(static_cast<PeerId>(j), j, payloads[i * kPeers + j].data(),
+                                  payloads[i * kPeers + j].size()));
+    }
+  }
+  for (size_t j = 0; j < kPeers; ++j) {
+    std::vector<bool> seen(kPeers, false);
+    for (size_t k = 0; k + 1 < kPeers; ++k) {
+      auto msg = eps[j]->receive(std::chrono::seconds(30));
+      ASSERT_TRUE(msg) << "peer " << j << " got " << k << " of " << kPeers - 1;
+      ASSERT_LT(msg->from, kPeers);
+      EXPECT_FALSE(seen[msg->from]);
+      seen[msg->from] = true;
+      EXPECT_EQ(msg->tag, j);
+      EXPECT_EQ(first_mismatch(msg->data, msg->from, j, (msg->from * kPeers + j) * 3001 + 1), -1);
+    }
+  }
+  for (auto& f : sent) {
+    const Status s = f.get();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+}
+
+TEST_P(EndpointPerProvider, GarbageAddressIsAClearError) {
+  Endpoint a(options_for(GetParam()));
+  const std::vector<std::byte> garbage = {std::byte{0xde}, std::byte{0xad}, std::byte{0xbe}, std::byte{0xef}};
+  try {
+    a.add_peer(3, garbage);
+    FAIL() << "expected FabricError";
+  } catch (const FabricError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.call(), "fi_av_insert");
+    EXPECT_NE(what.find("peer 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("deadbeef"), std::string::npos) << what;
+  }
+  // A blob of the right length but the wrong contents.
+  std::vector<std::byte> wrong = a.address();
+  for (auto& b : wrong) b = std::byte{0x5a};
+  EXPECT_THROW(a.add_peer(4, wrong), FabricError);
+  EXPECT_FALSE(a.has_peer(3));
+  EXPECT_FALSE(a.has_peer(4));
+}
+
+TEST_P(EndpointPerProvider, MessageFromAnUnknownAddressIsDroppedAndCounted) {
+  EndpointOptions o = options_for(GetParam());
+  Endpoint b(o), stranger(o);
+  stranger.add_peer(0, b.address());  // b never adds the stranger
+  auto f = stranger.send(0, 9, "hello", 5);
+  EXPECT_FALSE(b.receive(std::chrono::milliseconds(500)));
+  // A large one too: its header is dropped before any buffer is allocated.
+  const auto big = pattern(9, 9, 300 * kKiB);
+  auto g = stranger.send(0, 10, big.data(), big.size());
+  EXPECT_FALSE(b.receive(std::chrono::milliseconds(500)));
+  EXPECT_EQ(b.stats().dropped_unknown_sender, 2u);
+  EXPECT_EQ(b.stats().messages_received, 0u);
+  (void)f.wait_for(std::chrono::seconds(1));
+}
+
+TEST_P(EndpointPerProvider, SendToAPeerNeverAddedIsInvalidArgument) {
+  Endpoint a(options_for(GetParam()));
+  const Status s = a.send(42, 0, "x", 1).get();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("peer 42"), std::string::npos) << s.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, EndpointPerProvider, ::testing::Values("tcp;ofi_rxm", "shm"),
+                         [](const auto& info) { return info.param == "shm" ? std::string("shm") : std::string("tcp_rxm"); });
+
+TEST(EndpointAddress, TcpBindsTheLoopbackAddressItWasGiven) {
+  Endpoint a(options_for("tcp;ofi_rxm"));
+  const std::string s = a.address_string();
+  EXPECT_NE(s.find("127.0.0.1:"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace parafab::rdma

@@ -715,8 +715,21 @@ std::future<Status> Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, 
     const uint64_t raddr = remote.address + offset + done;
     st = post(op,
               [&](void* ctx) {
-                return is_read ? fi_read(ep.get(), bytes + done, len, desc, addr, raddr, remote.key, ctx)
-                               : fi_write(ep.get(), bytes + done, len, desc, addr, raddr, remote.key, ctx);
+                if (is_read) return fi_read(ep.get(), bytes + done, len, desc, addr, raddr, remote.key, ctx);
+                // A write completes only once the data is in the peer's
+                // memory (FI_DELIVERY_COMPLETE), not when it has merely left
+                // ours: a caller that then tells the peer "done" must not race it.
+                iovec iov{bytes + done, len};
+                fi_rma_iov rma_iov{raddr, len, remote.key};
+                fi_msg_rma msg{};
+                msg.msg_iov = &iov;
+                msg.desc = &desc;
+                msg.iov_count = 1;
+                msg.addr = addr;
+                msg.rma_iov = &rma_iov;
+                msg.rma_iov_count = 1;
+                msg.context = ctx;
+                return fi_writemsg(ep.get(), &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
               },
               op->deadline);
     done += len;

@@ -1,0 +1,57 @@
+// A second process for the rdma tests: opens an endpoint, prints its
+// address and a registered region's key (hex, one line each), reads the
+// test's address from stdin, then receives and answers until killed or
+// until stdin closes.
+//   rdma_peer_process PROVIDER
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "rdma/endpoint.h"
+#include "tests/rdma/endpoint_test_util.h"
+
+namespace {
+
+std::string to_hex(const std::vector<std::byte>& v) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (std::byte b : v) {
+    s += d[static_cast<unsigned>(b) >> 4];
+    s += d[static_cast<unsigned>(b) & 15];
+  }
+  return s;
+}
+
+std::vector<std::byte> from_hex(const std::string& s) {
+  std::vector<std::byte> v(s.size() / 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::byte>(std::stoul(s.substr(2 * i, 2), nullptr, 16));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace parafab::rdma;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s PROVIDER\n", argv[0]);
+    return 2;
+  }
+  Endpoint ep(parafab::rdma::testing::options_for(argv[1]));
+  auto region = parafab::rdma::testing::pattern(1, 0, 1 << 20);
+  MemoryRegion mr = ep.register_memory(region.data(), region.size(), kRemoteRead);
+  std::vector<std::byte> key(RemoteKey::kEncodedBytes);
+  mr.remote_key().encode(key.data());
+  std::cout << to_hex(ep.address()) << "\n" << to_hex(key) << std::endl;
+  std::string peer;
+  if (!std::getline(std::cin, peer)) return 1;
+  ep.add_peer(0, from_hex(peer));
+  // Echo every message back until stdin closes (or a SIGKILL).
+  for (;;) {
+    auto m = ep.receive(std::chrono::milliseconds(100));
+    if (m) (void)ep.send(0, m->tag, m->data.data(), m->data.size()).get();
+    if (std::cin.peek() == EOF && !m) break;
+  }
+  return 0;
+}

@@ -2,7 +2,9 @@
 // past the message limit, several in flight, scatter-gather, many peers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
+#include <thread>
 #include <map>
 #include <tuple>
 
@@ -145,6 +147,37 @@ TEST_P(EndpointPerProvider, EightPeersAllToAll) {
     const Status s = f.get();
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
+}
+
+TEST_P(EndpointPerProvider, BackPressureWithTwoOperationsInFlightLosesNothing) {
+  EndpointOptions o = options_for(GetParam());
+  o.max_in_flight = 2;              // sender and receiver both throttled
+  o.max_message_bytes = 16 * kKiB;  // each message is seven chunks
+  o.receive_buffers = 4;
+  auto eps = make_mesh(2, o);
+  constexpr size_t kMessages = 64;
+  std::vector<std::vector<std::byte>> payloads;
+  for (size_t m = 0; m < kMessages; ++m) payloads.push_back(pattern(0, m, 100 * kKiB + m));
+  // Sends from a thread of their own: with two slots, send() blocks until
+  // earlier operations complete, which needs the receiver to keep up.
+  std::vector<std::future<Status>> sent(kMessages);
+  std::thread sender([&] {
+    for (size_t m = 0; m < kMessages; ++m) sent[m] = eps[0]->send(1, m, payloads[m].data(), payloads[m].size());
+  });
+  std::vector<bool> seen(kMessages, false);
+  for (size_t k = 0; k < kMessages; ++k) {
+    auto msg = eps[1]->receive(std::chrono::seconds(30));
+    ASSERT_TRUE(msg) << "got " << k << " of " << kMessages;
+    ASSERT_LT(msg->tag, kMessages);
+    seen[msg->tag] = true;
+    EXPECT_EQ(first_mismatch(msg->data, 0, msg->tag, 100 * kKiB + msg->tag), -1) << "message " << msg->tag;
+  }
+  sender.join();
+  for (auto& f : sent) {
+    const Status s = f.get();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(kMessages));
 }
 
 TEST_P(EndpointPerProvider, GarbageAddressIsAClearError) {

@@ -1,0 +1,171 @@
+// Private to rdma/: the state behind Endpoint, shared by its three
+// implementation files (endpoint_setup.cpp: opening and addressing;
+// endpoint.cpp: posting operations; endpoint_progress.cpp: completions).
+//
+// The Endpoint's machinery. Threads and locks:
+//
+// - Any thread may post (send/read/write) and any thread may read the CQ:
+//   the domain is opened FI_THREAD_SAFE. A poster that meets -FI_EAGAIN
+//   drives progress itself (reads the CQ) before retrying, as fabtests'
+//   FT_POST does; it never spins on the post alone.
+// - The progress thread reads the CQ (blocking in fi_cq_sreadfrom with a
+//   short timeout when the CQ has a wait object, so idle endpoints cost no
+//   CPU), dispatches completions, reposts receive buffers and fails
+//   operations whose deadline has passed.
+// - `mu_` guards the operation table, the peer maps and the stats; it is
+//   never held across a libfabric post or CQ read, so a dispatch that posts
+//   (a large message's chunk receives) cannot deadlock with a poster.
+//   `inbox_mu_` guards the queue of received messages; the two are never
+//   held together.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "rdma/endpoint.h"
+#include "rdma/fid_handle.h"
+#include "rdma/message_framing.h"
+
+namespace parafab::rdma {
+
+using Clock = std::chrono::steady_clock;
+
+struct InfoDeleter {
+  void operator()(fi_info* p) const { fi_freeinfo(p); }
+};
+using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+
+inline std::future<Status> ready_future(Status s) {
+  std::promise<Status> p;
+  p.set_value(std::move(s));
+  return p.get_future();
+}
+
+struct Operation;
+
+// The context of one posted libfabric operation: fi_context2 first, so the
+// completion's op_context is this struct (Mooncake's efa_endpoint habit).
+struct PostContext {
+  fi_context2 fi_ctx;
+  Operation* op = nullptr;
+  size_t index = 0;  // receive-pool slot, or chunk number
+};
+
+enum class OpKind { kSend, kRma, kInbound, kPoolBuffer };
+
+struct Operation {
+  OpKind kind = OpKind::kSend;
+  PeerId peer = 0;
+  fi_addr_t peer_addr = FI_ADDR_UNSPEC;
+  std::string what;  // "send of 1048576 bytes (tag 7)"
+  Clock::time_point deadline;
+
+  std::promise<Status> promise;
+  bool promise_set = false;
+  Status first_error;
+  size_t planned = 0;    // posts this operation makes in all
+  size_t posted = 0;
+  size_t completed = 0;  // completions (success or error) read so far
+  bool all_posted = false;
+  bool cancelled = false;
+
+  std::vector<std::byte> bounce;  // the frame: header, plus the payload when eager
+  std::deque<std::vector<std::byte>> copies;  // chunks gathered from more pieces than iov_limit
+  std::vector<FidHandle<fid_mr>> registrations;  // FI_MR_LOCAL, for the operation's life
+  std::deque<PostContext> contexts;              // stable addresses
+
+  // kInbound: the message being reassembled.
+  Message message;
+  size_t bytes = 0;
+};
+
+struct Endpoint::Impl {
+  EndpointOptions options;
+  ProviderInfo provider_info;
+  InfoPtr info;
+  size_t max_chunk = 0;
+  size_t eager_limit = 0;  // frame bytes (header included) sent in one message
+  size_t iov_limit = 1;
+  bool has_rma = false;
+  bool has_hmem = false;
+  bool has_wait = false;
+  uint64_t mr_mode = 0;
+  std::atomic<uint64_t> next_mr_key{1};
+  std::atomic<uint64_t> next_message_id{0};
+
+  // libfabric objects: reverse destruction closes ep, pool MR, AV, CQ,
+  // domain, fabric, in that order.
+  FidHandle<fid_fabric> fabric;
+  FidHandle<fid_domain> domain;
+  FidHandle<fid_cq> cq;
+  FidHandle<fid_av> av;
+  std::vector<std::byte> pool_memory;
+  FidHandle<fid_mr> pool_mr;
+  std::vector<Operation> pool_ops;
+  FidHandle<fid_ep> ep;
+
+  mutable std::mutex mu_;
+  std::condition_variable slots_cv_;
+  size_t in_flight = 0;
+  std::unordered_map<Operation*, std::unique_ptr<Operation>> ops;
+  std::unordered_map<PeerId, fi_addr_t> peer_addrs;
+  std::unordered_map<fi_addr_t, PeerId> addr_peers;
+  std::unordered_map<PeerId, std::string> peer_names;  // fi_av_straddr of each peer
+  std::vector<size_t> repost_pending;  // pool slots whose repost met -FI_EAGAIN
+  EndpointStats stats;
+
+  std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  std::deque<Message> inbox;
+
+  std::atomic<bool> stopping{false};
+  std::thread progress_thread;
+
+  explicit Impl(EndpointOptions opts);
+  ~Impl();
+
+  std::string context() const {
+    return "provider '" + options.provider + "' at node '" + options.node + "'";
+  }
+  std::string describe_peer_locked(PeerId peer) const;
+
+  // Progress.
+  int progress_once(bool block);
+  void progress_loop();
+  void dispatch(PostContext* pc, fi_addr_t src, size_t len, const Status& err, int err_code);
+  void on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int err_code);
+  void finish_locked(Operation* op, std::vector<Operation*>& inbound_done);
+  void deliver(std::vector<Operation*>& inbound_done);
+  void sweep_deadlines();
+  void repost(size_t slot);
+  int post_pool_buffer(size_t slot);
+
+  // Posting.
+  bool acquire_slot(Clock::time_point deadline);
+  void release_slots(size_t n);
+  Status post(Operation* op, const std::function<ssize_t(void* ctx)>& fn, Clock::time_point deadline);
+  void* local_desc(Operation& op, const void* p, size_t n, uint64_t access);
+  FidHandle<fid_mr> register_raw(void* base, size_t length, uint64_t access, MemoryKind kind, int device);
+  Operation* new_op(OpKind kind, PeerId peer, fi_addr_t addr, std::string what);
+  std::future<Status> finish_posting(Operation* op, const Status& post_status);
+  fi_addr_t lookup_locked(PeerId peer, Status& err) const;
+  std::future<Status> rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote,
+                          uint64_t offset, const MemoryRegion* local_region);
+  void post_inbound_chunks(Operation* op, const FrameHeader& h);
+};
+
+}  // namespace parafab::rdma

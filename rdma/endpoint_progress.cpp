@@ -1,0 +1,258 @@
+// Endpoint completions: reading the CQ, dispatching to operations, the
+// receive pool, reassembly of large messages, and deadlines.
+#include "rdma/endpoint_impl.h"
+
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <algorithm>
+
+#include "rdma/fabric_error.h"
+
+namespace parafab::rdma {
+
+// Called once every post of `op` has been attempted: records a post failure
+// and completes the operation if nothing is outstanding.
+std::future<Status> Endpoint::Impl::finish_posting(Operation* op, const Status& post_status) {
+  std::future<Status> fut = op->promise.get_future();
+  std::vector<Operation*> inbound_done;
+  {
+    std::lock_guard lock(mu_);
+    if (!post_status.ok() && op->first_error.ok()) op->first_error = post_status;
+    op->planned = op->posted;
+    op->all_posted = true;
+    if (op->completed == op->planned) finish_locked(op, inbound_done);
+  }
+  deliver(inbound_done);
+  return fut;
+}
+
+// Completes `op` (mu_ held): fulfils the promise or, for an inbound
+// message, hands it to deliver(). Erases it from the table.
+void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbound_done) {
+  if (op->kind == OpKind::kInbound) {
+    if (op->first_error.ok() && !op->cancelled) {
+      inbound_done.push_back(op);
+      ops.at(op).release();  // deliver() takes ownership
+    } else {
+      ++stats.inbound_failed;
+    }
+    ops.erase(op);
+    return;
+  }
+  if (!op->promise_set) {
+    if (op->first_error.ok()) {
+      if (op->kind == OpKind::kSend) {
+        ++stats.messages_sent;
+        stats.bytes_sent += op->bytes;
+      } else {
+        stats.rma_bytes += op->bytes;
+      }
+    }
+    op->promise.set_value(op->first_error);
+    op->promise_set = true;
+  }
+  ops.erase(op);
+}
+
+void Endpoint::Impl::deliver(std::vector<Operation*>& inbound_done) {
+  for (Operation* op : inbound_done) {
+    std::unique_ptr<Operation> owned(op);
+    {
+      std::lock_guard lock(mu_);
+      ++stats.messages_received;
+      stats.bytes_received += owned->message.data.size();
+    }
+    {
+      std::lock_guard lock(inbox_mu_);
+      inbox.push_back(std::move(owned->message));
+    }
+    inbox_cv_.notify_one();
+  }
+  inbound_done.clear();
+}
+
+void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int err_code) {
+  if (err_code != 0) {
+    if (err_code != FI_ECANCELED) {
+      std::lock_guard lock(mu_);
+      // FI_ETRUNC: a frame larger than our eager buffers, which no parafab
+      // sender makes.
+      ++stats.dropped_malformed;
+    }
+    repost(slot);
+    return;
+  }
+  const std::byte* frame = pool_memory.data() + slot * eager_limit;
+  PeerId peer = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = addr_peers.find(src);
+    if (src == FI_ADDR_NOTAVAIL || it == addr_peers.end()) {
+      ++stats.dropped_unknown_sender;
+      src = FI_ADDR_NOTAVAIL;
+    } else {
+      peer = it->second;
+    }
+  }
+  if (src == FI_ADDR_NOTAVAIL) {
+    repost(slot);
+    return;
+  }
+  std::string why;
+  const auto header = decode_frame_header({frame, len}, options.max_inbound_bytes, max_chunk, why);
+  if (!header) {
+    std::lock_guard lock(mu_);
+    ++stats.dropped_malformed;
+  } else if ((header->flags & kFrameLarge) == 0) {
+    Message m;
+    m.from = peer;
+    m.tag = header->user_tag;
+    m.data.assign(frame + kFrameHeaderBytes, frame + len);
+    {
+      std::lock_guard lock(mu_);
+      ++stats.messages_received;
+      stats.bytes_received += m.data.size();
+    }
+    {
+      std::lock_guard lock(inbox_mu_);
+      inbox.push_back(std::move(m));
+    }
+    inbox_cv_.notify_one();
+  } else {
+    Operation* op = new_op(OpKind::kInbound, peer, src,
+                           "receive of " + std::to_string(header->total_bytes) + " bytes (message " +
+                               std::to_string(header->message_id) + ")");
+    op->message.from = peer;
+    op->message.tag = header->user_tag;
+    op->message.data.resize(header->total_bytes);
+    // Repost first: the chunk posts may need progress, which needs buffers.
+    repost(slot);
+    post_inbound_chunks(op, *header);
+    return;
+  }
+  repost(slot);
+}
+
+void Endpoint::Impl::post_inbound_chunks(Operation* op, const FrameHeader& h) {
+  const uint64_t n = chunk_count(h.total_bytes, h.chunk_bytes);
+  Status st;
+  void* desc = nullptr;
+  try {
+    desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
+  } catch (const FabricError& e) {
+    st = Status(StatusCode::kPeerError, e.what());
+  }
+  for (uint64_t k = 0; k < n && st.ok(); ++k) {
+    std::byte* p = op->message.data.data() + k * h.chunk_bytes;
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.total_bytes - k * h.chunk_bytes));
+    const uint64_t tag = chunk_tag(h.message_id, k);
+    st = post(op, [&](void* ctx) { return fi_trecv(ep.get(), p, len, desc, op->peer_addr, tag, 0, ctx); },
+              op->deadline);
+  }
+  (void)finish_posting(op, st);
+}
+
+void Endpoint::Impl::dispatch(PostContext* pc, fi_addr_t src, size_t len, const Status& err, int err_code) {
+  Operation* op = pc->op;
+  if (op->kind == OpKind::kPoolBuffer) {
+    on_pool_buffer(pc->index, src, len, err_code);
+    return;
+  }
+  std::vector<Operation*> inbound_done;
+  {
+    std::lock_guard lock(mu_);
+    ++op->completed;
+    if (!err.ok() && op->first_error.ok()) op->first_error = err;
+    // A peer that keeps completing is not "stopped answering": the timeout
+    // counts from the operation's last progress.
+    if (!op->cancelled) op->deadline = Clock::now() + options.timeout;
+    if (op->all_posted && op->completed == op->planned) finish_locked(op, inbound_done);
+  }
+  release_slots(1);
+  deliver(inbound_done);
+}
+
+int Endpoint::Impl::progress_once(bool block) {
+  constexpr int kBatch = 16;
+  fi_cq_tagged_entry entries[kBatch];
+  fi_addr_t srcs[kBatch];
+  ssize_t n = block && has_wait
+                  ? fi_cq_sreadfrom(cq.get(), entries, kBatch, srcs, nullptr, 1)  // 1 ms
+                  : fi_cq_readfrom(cq.get(), entries, kBatch, srcs);
+  if (n > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      dispatch(static_cast<PostContext*>(entries[i].op_context), srcs[i], entries[i].len, {}, 0);
+    }
+    return static_cast<int>(n);
+  }
+  if (n == -FI_EAVAIL) {
+    fi_cq_err_entry e{};
+    if (fi_cq_readerr(cq.get(), &e, 0) != 1) return 0;
+    auto* pc = static_cast<PostContext*>(e.op_context);
+    if (pc == nullptr) return 0;
+    char prov_text[256] = "";
+    const char* s = fi_cq_strerror(cq.get(), e.prov_errno, e.err_data, prov_text, sizeof prov_text);
+    std::string text;
+    {
+      std::lock_guard lock(mu_);
+      ++stats.error_completions;
+      if (pc->op->kind != OpKind::kPoolBuffer) {
+        text = pc->op->what + " with " + describe_peer_locked(pc->op->peer) + ": " + fi_strerror(e.err) +
+               " (provider errno " + std::to_string(e.prov_errno) + ": " + (s ? s : "") + ")";
+      }
+    }
+    dispatch(pc, FI_ADDR_NOTAVAIL, e.len,
+             Status(e.err == FI_ECANCELED ? StatusCode::kTimedOut : StatusCode::kPeerError, text), e.err);
+    return 1;
+  }
+  return 0;
+}
+
+void Endpoint::Impl::sweep_deadlines() {
+  const auto now = Clock::now();
+  std::vector<PostContext*> to_cancel;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [raw, op] : ops) {
+      if (now < op->deadline || op->cancelled) continue;
+      if (op->kind == OpKind::kInbound) {
+        op->cancelled = true;
+        ++stats.timed_out;
+        for (auto& pc : op->contexts) to_cancel.push_back(&pc);
+      } else if (!op->promise_set) {
+        ++stats.timed_out;
+        op->promise.set_value(Status(StatusCode::kTimedOut,
+                                     op->what + " to " + describe_peer_locked(op->peer) + " did not complete within " +
+                                         std::to_string(options.timeout.count()) + " ms"));
+        op->promise_set = true;
+        op->cancelled = true;
+      }
+    }
+  }
+  // Receives can be cancelled; their FI_ECANCELED completions then finish
+  // the operation. Sends and RMA stay until their completion or the close.
+  for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
+}
+
+void Endpoint::Impl::progress_loop() {
+  auto next_sweep = Clock::now();
+  int idle = 0;
+  while (!stopping) {
+    const int n = progress_once(idle > 64);
+    idle = n > 0 ? 0 : idle + 1;
+    if (!has_wait && idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    std::vector<size_t> retry;
+    {
+      std::lock_guard lock(mu_);
+      retry.swap(repost_pending);
+    }
+    for (size_t slot : retry) repost(slot);
+    if (Clock::now() >= next_sweep) {
+      sweep_deadlines();
+      next_sweep = Clock::now() + std::chrono::milliseconds(5);
+    }
+  }
+}
+
+}  // namespace parafab::rdma

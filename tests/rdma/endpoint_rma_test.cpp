@@ -4,6 +4,7 @@
 
 #include <tuple>
 
+#include "rdma/device_staging.h"
 #include "rdma/endpoint.h"
 #include "rdma/fabric_error.h"
 #include "tests/rdma/endpoint_test_util.h"
@@ -104,6 +105,42 @@ TEST(EndpointRmaErrors, CudaMemoryWithoutHmemIsUnsupported) {
   } catch (const FabricError& e) {
     EXPECT_NE(std::string(e.what()).find("FI_HMEM"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace parafab::rdma
+
+namespace parafab::rdma {
+namespace {
+
+// On the host backend "device" memory is host memory, so the staging path
+// (pinned buffer, copies, RMA in pieces of the buffer) runs here unchanged.
+TEST(DeviceStaging, MovesRangesLargerThanTheStagingBufferInPieces) {
+  auto eps = testing::make_mesh(2, testing::options_for("tcp;ofi_rxm"));
+  DeviceStaging staging(*eps[0], 4096);
+  auto shard = testing::pattern(1, 0, 200 * 1024);
+  MemoryRegion mr = eps[1]->register_memory(shard.data(), shard.size(), kRemoteReadWrite);
+
+  std::vector<std::byte> device(100 * 1024 + 9);
+  Status s = staging.read_to_device(1, device.data(), device.size(), mr.remote_key(), 777);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t i = 0; i < device.size(); ++i) ASSERT_EQ(device[i], testing::pattern_byte(1, 0, 777 + i)) << i;
+
+  const auto grad = testing::pattern(0, 3, 50 * 1024 + 1);
+  s = staging.write_from_device(1, grad.data(), grad.size(), mr.remote_key(), 10);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t i = 0; i < grad.size(); ++i) ASSERT_EQ(shard[10 + i], grad[i]) << i;
+
+  // A send larger than the buffer grows it.
+  s = staging.send_from_device(1, 4, grad.data(), grad.size());
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_GE(staging.capacity(), grad.size());
+  auto msg = eps[1]->receive(std::chrono::seconds(20));
+  ASSERT_TRUE(msg);
+  std::vector<std::byte> out(grad.size());
+  ASSERT_TRUE(staging.receive_to_device(*msg, out.data(), out.size()).ok());
+  EXPECT_EQ(out, grad);
+  EXPECT_EQ(staging.receive_to_device(*msg, out.data(), out.size() - 1).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,0 +1,69 @@
+// FTRL-Proximal, McMahan et al., "Ad Click Prediction: a View from the
+// Trenches", KDD 2013, Algorithm 1, per coordinate i with state (z, n):
+//   sigma = (sqrt(n + g^2) - sqrt(n)) / alpha
+//   z    += g - sigma * w
+//   n    += g^2
+//   w     = 0                                                 if |z| <= l1
+//         = -(z - sign(z) * l1) / ((beta + sqrt(n)) / alpha + l2)   otherwise
+// w here is the stored value: it is always the closed form of the stored
+// (z, n), because we recompute it from the float-rounded z and n we store.
+// sigma is evaluated as g^2 / (alpha * (sqrt(n + g^2) + sqrt(n))), the same
+// number without the cancellation of the difference of square roots.
+// State: z[0, width), then n[0, width).
+#include "ps/updaters/updater_steps.h"
+
+namespace parafab::ps::updaters {
+namespace {
+
+double closed_form_w(double z, double n, double alpha, double beta, double l1, double l2) {
+  if (std::fabs(z) <= l1) return 0.0;
+  const double sign_z = z < 0 ? -1.0 : 1.0;
+  return -(z - sign_z * l1) / ((beta + std::sqrt(n)) / alpha + l2);
+}
+
+}  // namespace
+
+bool ftrl_step(const UpdaterConfig& c, float* value, float* state, const float* grad, size_t width,
+               bool commit) {
+  const double alpha = c.ftrl_alpha, beta = c.ftrl_beta, l1 = c.ftrl_l1, l2 = c.ftrl_l2;
+  float* z = state;
+  float* n = state + width;
+  for (size_t i = 0; i < width; ++i) {
+    const double g = grad[i];
+    const double w = value[i];
+    const double n_old = n[i];
+    const double g2 = g * g;
+    const double n_new = n_old + g2;
+    const double sigma = g2 == 0.0 ? 0.0 : g2 / (alpha * (std::sqrt(n_new) + std::sqrt(n_old)));
+    const double z_new = static_cast<double>(z[i]) + g - sigma * w;
+    if (!commit && (!fits_float(z_new) || !fits_float(n_new))) return false;
+    const float z_f = static_cast<float>(z_new);
+    const float n_f = static_cast<float>(n_new);
+    const double w_new = closed_form_w(z_f, n_f, alpha, beta, l1, l2);
+    if (!commit) {
+      if (!fits_float(w_new)) return false;
+    } else {
+      z[i] = z_f;
+      n[i] = n_f;
+      value[i] = static_cast<float>(w_new);
+    }
+  }
+  return true;
+}
+
+// Inverts the closed form at n = 0 so that w(z, 0) is the initial value:
+// z = -(w * (beta / alpha + l2) + sign(w) * l1); then |z| > l1 whenever
+// w != 0, and -(z - sign(z) * l1) / (beta / alpha + l2) = w.
+void ftrl_initialize(const UpdaterConfig& c, const float* value, float* state, size_t width) {
+  const double alpha = c.ftrl_alpha, beta = c.ftrl_beta, l1 = c.ftrl_l1, l2 = c.ftrl_l2;
+  float* z = state;
+  float* n = state + width;
+  for (size_t i = 0; i < width; ++i) {
+    const double w = value[i];
+    const double sign_w = w > 0 ? 1.0 : (w < 0 ? -1.0 : 0.0);
+    z[i] = static_cast<float>(-(w * (beta / alpha + l2) + sign_w * l1));
+    n[i] = 0.0f;
+  }
+}
+
+}  // namespace parafab::ps::updaters

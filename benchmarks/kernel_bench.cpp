@@ -1,11 +1,16 @@
-// Bytes each kernel must move (the "bytes/s" figures), per call:
+// Bytes each kernel must move (the "bytes/s" figures), per call. Every access
+// the algorithm needs is counted once at its own size; a random 4-byte access
+// that misses the cache moves a whole 64-byte line, and that excess is not
+// counted (it is the kernel's cost, not the data's):
 //
-//   linear_gradient   per nonzero: col 4 + val 4 + w gather 4 + grad scatter 8
-//                     (read + write) = 20; per row: row_ptr 8 + label 4 = 12;
-//                     per slot: w read 4 + grad write 4 = 8 (the L2 term that
-//                     also clears grad). The hinge case counts the scatter of
-//                     every row; at the benchmark's small random weights every
-//                     row has y m < 1, so every row does scatter.
+//   linear_gradient   per nonzero: col 4 + val 4 (only when the batch has
+//                     values; a binary batch has none to read) + w gather 4 +
+//                     grad scatter 8 (read + write) = 20, or 16 binary; per
+//                     row: row_ptr 8 + label 4 = 12; per slot: w read 4 + grad
+//                     write 4 = 8 (the L2 term that also clears grad). The
+//                     hinge case counts the scatter of every row; at the
+//                     benchmark's small random weights every row has y m < 1,
+//                     so every row does scatter.
 //   hogwild_sgd       (AdaGrad on) per nonzero: col 4 + val 4 + w gather 4 +
 //                     w read+write 8 + g2 read+write 8 = 28; per row 12.
 //   compact_keys      per input key: key 8 + width * 4 read; per unique key:
@@ -14,6 +19,11 @@
 //                     counted: it is the price of the algorithm, not of the data.
 //   log_loss          per row: probability 4 + label 4.
 //   roc_auc           per row: score 4 + label 4 (the sort's traffic not counted).
+//
+// The gradient runs on the batch over `slots` slots (the headline: a model
+// shard of 2^20 weights), on the same nonzeros without values (binary
+// features), and, as a further case, on a batch drawn over `local_slots`
+// (the few distinct keys a worker's batch touches, renumbered densely).
 //
 // All figures are divided by the best of `repeats` wall-clock times and shown
 // beside the memory-copy ceiling (bytes read + written per second, same
@@ -64,14 +74,14 @@ struct HostBatch {
   std::vector<float> labels;
 };
 
-HostBatch make_batch(const KernelBenchOptions& o, uint64_t& rng) {
+HostBatch make_batch(const KernelBenchOptions& o, int64_t n_slots, uint64_t& rng) {
   HostBatch b;
   b.row_ptr.reserve(static_cast<size_t>(o.rows) + 1);
   b.cols.reserve(static_cast<size_t>(o.rows * o.nnz_per_row));
   b.vals.reserve(static_cast<size_t>(o.rows * o.nnz_per_row));
   b.labels.resize(static_cast<size_t>(o.rows));
-  const double log_slots = std::log(static_cast<double>(o.slots));
-  const auto slots = static_cast<uint64_t>(o.slots);
+  const double log_slots = std::log(static_cast<double>(n_slots));
+  const auto slots = static_cast<uint64_t>(n_slots);
   const int lo = std::max(1, o.nnz_per_row / 2);
   const int span = std::max(1, o.nnz_per_row + 1 - lo) * 2 - 1;  // lengths lo .. lo + span - 1
   b.row_ptr.push_back(0);
@@ -90,10 +100,12 @@ HostBatch make_batch(const KernelBenchOptions& o, uint64_t& rng) {
   return b;
 }
 
-// Float64 reference of kernels::linear_gradient; abs_sum[j] collects the sum
-// of the magnitudes of the terms of grad[j] (for the tolerance).
-double reference_gradient(k::Loss loss, const HostBatch& b, const std::vector<float>& w, float l2,
-                          std::vector<double>& grad, std::vector<double>& abs_sum) {
+// Float64 reference of kernels::linear_gradient, with b's values or, when
+// with_vals is false, every value 1; abs_sum[j] collects the sum of the
+// magnitudes of the terms of grad[j] (for the tolerance).
+double reference_gradient(k::Loss loss, const HostBatch& b, bool with_vals,
+                          const std::vector<float>& w, float l2, std::vector<double>& grad,
+                          std::vector<double>& abs_sum) {
   const size_t n_slots = w.size();
   grad.assign(n_slots, 0.0);
   abs_sum.assign(n_slots, 0.0);
@@ -102,7 +114,8 @@ double reference_gradient(k::Loss loss, const HostBatch& b, const std::vector<fl
   for (size_t i = 0; i < n; ++i) {
     double m = 0.0;
     for (uint64_t kk = b.row_ptr[i]; kk < b.row_ptr[i + 1]; ++kk) {
-      m += static_cast<double>(b.vals[kk]) * static_cast<double>(w[b.cols[kk]]);
+      const double x = with_vals ? static_cast<double>(b.vals[kk]) : 1.0;
+      m += x * static_cast<double>(w[b.cols[kk]]);
     }
     const double y = b.labels[i] > 0.5f ? 1.0 : -1.0;
     const double z = y * m;
@@ -116,7 +129,7 @@ double reference_gradient(k::Loss loss, const HostBatch& b, const std::vector<fl
     }
     d /= static_cast<double>(n);
     for (uint64_t kk = b.row_ptr[i]; kk < b.row_ptr[i + 1]; ++kk) {
-      const double t = d * static_cast<double>(b.vals[kk]);
+      const double t = d * (with_vals ? static_cast<double>(b.vals[kk]) : 1.0);
       grad[b.cols[kk]] += t;
       abs_sum[b.cols[kk]] += std::fabs(t);
     }
@@ -160,7 +173,7 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
   try {
     k::set_host_threads(o.threads);
     uint64_t rng = o.seed;
-    const HostBatch hb = make_batch(o, rng);
+    const HostBatch hb = make_batch(o, o.slots, rng);
     const auto n_rows = static_cast<size_t>(o.rows);
     const auto n_slots = static_cast<size_t>(o.slots);
     const size_t nnz = hb.cols.size();
@@ -172,17 +185,19 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
     out << fmt::format(
         "backend: {}\nceiling: {} = {:.1f} MB/s\nbatch: {} rows, {} nonzeros, {} slots\n", backend,
         ceiling.detail, ceiling.bytes_per_second / 1e6, n_rows, nnz, n_slots);
+    out << "linear_gradient bytes: per nonzero col 4 + val 4 (none for _binary) + w gather 4 + "
+           "grad read+write 8; per row row_ptr 8 + label 4; per slot w 4 + grad 4. Each access "
+           "counted once at its size: the rest of the 64-byte line a random access moves is "
+           "not counted.\n";
 
     k::DeviceArray<uint64_t> d_row_ptr(hb.row_ptr);
     k::DeviceArray<uint32_t> d_cols(hb.cols);
     k::DeviceArray<float> d_vals(hb.vals);
     k::DeviceArray<float> d_labels(hb.labels);
     k::DeviceArray<float> d_w(w);
-    k::DeviceArray<float> d_grad(n_slots);
     k::DeviceArray<float> d_margins(n_rows);
     const k::CsrBatch batch{d_row_ptr.data(), d_cols.data(), d_vals.data(),
                             d_labels.data(),  o.rows,        -1};
-    const float l2 = 1e-4f;
 
     BenchReport report;
     // The common part of a record; the caller adds the case's parameters.
@@ -200,23 +215,28 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
     };
 
     // --- linear_gradient: warm-up + verification, then timing ----------------
-    const double grad_bytes = 20.0 * static_cast<double>(nnz) + 12.0 * static_cast<double>(n_rows) +
-                              8.0 * static_cast<double>(n_slots);
-    for (const k::Loss loss : {k::Loss::kLogistic, k::Loss::kHinge}) {
-      const char* name =
-          loss == k::Loss::kLogistic ? "linear_gradient_logistic" : "linear_gradient_hinge";
+    // One case: the batch `cb` (host copy `chb`, values used when cb.vals is
+    // set) over the weights `cw`. Returns false after printing the mismatch
+    // when the kernel disagrees with the float64 reference.
+    const float l2 = 1e-4f;
+    auto gradient_case = [&](const std::string& name, k::Loss loss, const k::CsrBatch& cb,
+                             const HostBatch& chb, const std::vector<float>& cw,
+                             const float* d_cw) {
+      const bool with_vals = cb.vals != nullptr;
+      const auto c_slots = static_cast<int64_t>(cw.size());
+      k::DeviceArray<float> c_grad(cw.size());
       const double got_loss =
-          k::linear_gradient(loss, batch, d_w.data(), o.slots, l2, d_grad.data(), nullptr);
-      const std::vector<float> got = d_grad.to_host();
+          k::linear_gradient(loss, cb, d_cw, c_slots, l2, c_grad.data(), nullptr);
+      const std::vector<float> got = c_grad.to_host();
       std::vector<double> ref;
       std::vector<double> abs_sum;
-      const double ref_loss = reference_gradient(loss, hb, w, l2, ref, abs_sum);
+      const double ref_loss = reference_gradient(loss, chb, with_vals, cw, l2, ref, abs_sum);
       // Float32 accumulation of c terms errs by about sqrt(c) * 2^-24 of their
       // magnitude sum (rounding errors of random sign); 1e-4 leaves a wide margin
       // for the hottest slot (~5% of the nonzeros) and catches any lost term.
       double worst = 0.0;
       size_t worst_j = 0;
-      for (size_t j = 0; j < n_slots; ++j) {
+      for (size_t j = 0; j < cw.size(); ++j) {
         const double err = std::fabs(static_cast<double>(got[j]) - ref[j]) / (abs_sum[j] + 1e-30);
         if (abs_sum[j] > 0.0 && err > worst) {
           worst = err;
@@ -229,17 +249,61 @@ int run_kernel_bench(const KernelBenchOptions& o, std::ostream& out) {
             "bench kernels: {} FAILED verification: slot {} got {} want {} (error {:.3g} of the "
             "term magnitudes), loss {} want {}\n",
             name, worst_j, got[worst_j], ref[worst_j], worst, got_loss, ref_loss);
-        return 1;
+        return false;
       }
       out << fmt::format("verified {}: max error {:.2g} of term magnitudes, loss {:.6f}\n", name,
                          worst, got_loss);
       const Timing t = time_it(o.repeats, [&] {
-        (void)k::linear_gradient(loss, batch, d_w.data(), o.slots, l2, d_grad.data(), nullptr);
+        (void)k::linear_gradient(loss, cb, d_cw, c_slots, l2, c_grad.data(), nullptr);
       });
-      report.add(record(name, grad_bytes, static_cast<double>(nnz), "nnz_per_s", t)
-                     .with("rows", o.rows)
-                     .with("nnz", static_cast<int64_t>(nnz))
-                     .with("slots", o.slots));
+      const auto c_nnz = static_cast<double>(chb.cols.size());
+      const double bytes = (with_vals ? 20.0 : 16.0) * c_nnz +
+                           12.0 * static_cast<double>(chb.labels.size()) +
+                           8.0 * static_cast<double>(c_slots);
+      report.add(record(name, bytes, c_nnz, "nnz_per_s", t)
+                     .with("rows", static_cast<int64_t>(chb.labels.size()))
+                     .with("nnz", static_cast<int64_t>(chb.cols.size()))
+                     .with("slots", c_slots)
+                     .with("values", with_vals ? "read" : "none (binary)"));
+      return true;
+    };
+    for (const k::Loss loss : {k::Loss::kLogistic, k::Loss::kHinge}) {
+      if (!gradient_case(
+              loss == k::Loss::kLogistic ? "linear_gradient_logistic" : "linear_gradient_hinge",
+              loss, batch, hb, w, d_w.data())) {
+        return 1;
+      }
+    }
+    {
+      // Binary features: the same nonzeros, every value 1, no values array
+      // (what a reader passes when it saw only ones).
+      const k::CsrBatch binary{d_row_ptr.data(), d_cols.data(), nullptr, d_labels.data(), o.rows,
+                               -1};
+      if (!gradient_case("linear_gradient_logistic_binary", k::Loss::kLogistic, binary, hb, w,
+                         d_w.data())) {
+        return 1;
+      }
+    }
+    if (o.local_slots >= 2 && o.local_slots < o.slots) {
+      uint64_t local_rng = o.seed ^ 0x6c6f63616cULL;
+      const HostBatch lb = make_batch(o, o.local_slots, local_rng);
+      out << fmt::format(
+          "batch-local case (_local): {} rows, {} nonzeros, {} slots; a further row, the "
+          "headline is the {}-slot batch\n",
+          lb.labels.size(), lb.cols.size(), o.local_slots, o.slots);
+      std::vector<float> lw(static_cast<size_t>(o.local_slots));
+      for (auto& x : lw) x = static_cast<float>((uniform01(local_rng) - 0.5) * 0.02);
+      const k::DeviceArray<uint64_t> l_row_ptr(lb.row_ptr);
+      const k::DeviceArray<uint32_t> l_cols(lb.cols);
+      const k::DeviceArray<float> l_vals(lb.vals);
+      const k::DeviceArray<float> l_labels(lb.labels);
+      const k::DeviceArray<float> l_w(lw);
+      const k::CsrBatch local{l_row_ptr.data(), l_cols.data(), l_vals.data(), l_labels.data(),
+                              o.rows, -1};
+      if (!gradient_case("linear_gradient_logistic_local", k::Loss::kLogistic, local, lb, lw,
+                         l_w.data())) {
+        return 1;
+      }
     }
 
     // --- hogwild_sgd (AdaGrad) -------------------------------------------------

@@ -12,7 +12,8 @@
 // scattered over [0, slots) by a multiplicative bijection, as hashed features
 // are. The run warms up, verifies the gradient once against a float64 host
 // reference (a mismatch fails the run), then times `repeats` calls of each
-// kernel and reports the best.
+// kernel and reports the best. The gradient also runs on the same nonzeros
+// as binary features (no values array) and on a batch over `local_slots`.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,10 @@ struct KernelBenchOptions {
   int64_t rows = 200'000;            // rows of the batch
   int nnz_per_row = 40;              // mean nonzeros per row
   int64_t slots = int64_t{1} << 20;  // model slots, <= 2^32
+  // Slots of the further gradient case "_local": a batch of the same shape
+  // drawn over this many slots, as when a worker renumbers the keys its batch
+  // touches densely. Run only when 2 <= local_slots < slots.
+  int64_t local_slots = int64_t{1} << 16;
   int repeats = 5;                   // timed calls per kernel, best reported
   std::string json_path;             // JSON lines written here when not empty
   uint64_t seed = 42;

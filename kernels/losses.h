@@ -36,13 +36,27 @@ struct LossValue {
 
 PARAFAB_HD inline float label_sign(float label) { return label > 0.5f ? 1.0f : -1.0f; }
 
+// log(1 + e) for e in [0, 1]. On the host, glibc's log1pf (before 2.41) is its
+// old slow implementation (~10% of the host gradient's profile at 40 nonzeros
+// a row) while its double log() is the fast one (measured: the gradient 4-6%
+// faster on one thread). 1 + e is exact in double for every float e >= 2^-29,
+// and below that log1p(e) rounds to e in float.
+PARAFAB_HD inline float log1p_unit(float e) {
+#if defined(__CUDA_ARCH__)
+  return log1pf(e);
+#else
+  const double x = static_cast<double>(e);
+  return x < 0x1p-29 ? e : static_cast<float>(log(1.0 + x));
+#endif
+}
+
 template <Loss L>
 PARAFAB_HD inline LossValue eval_loss(float y, float m) {
   const float z = y * m;
   if constexpr (L == Loss::kLogistic) {
     const float e = expf(-fabsf(z));
     const float s = z >= 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);  // sigmoid(-z)
-    return {fmaxf(-z, 0.0f) + log1pf(e), -y * s};
+    return {fmaxf(-z, 0.0f) + log1p_unit(e), -y * s};
   } else {
     return z < 1.0f ? LossValue{1.0f - z, -y} : LossValue{0.0f, 0.0f};
   }

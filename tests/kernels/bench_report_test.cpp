@@ -93,6 +93,7 @@ TEST(KernelBench, SmallRunVerifiesAndWritesJson) {
   o.rows = 3000;
   o.nnz_per_row = 12;
   o.slots = 5000;
+  o.local_slots = 1000;
   o.repeats = 1;
   o.ceiling_buffer_bytes = size_t{16} << 20;
   o.json_path = ::testing::TempDir() + "kernel_bench_test.json";
@@ -110,9 +111,15 @@ TEST(KernelBench, SmallRunVerifiesAndWritesJson) {
     cases.push_back(line.substr(at, line.find('"', at) - at));
   }
   std::remove(o.json_path.c_str());
-  const std::vector<std::string> want{
-      "linear_gradient_logistic", "linear_gradient_hinge", "hogwild_sgd",    "compact_keys",
-      "compact_keys_w8",          "metrics_log_loss",      "metrics_roc_auc"};
+  const std::vector<std::string> want{"linear_gradient_logistic",
+                                      "linear_gradient_hinge",
+                                      "linear_gradient_logistic_binary",
+                                      "linear_gradient_logistic_local",
+                                      "hogwild_sgd",
+                                      "compact_keys",
+                                      "compact_keys_w8",
+                                      "metrics_log_loss",
+                                      "metrics_roc_auc"};
   EXPECT_EQ(cases, want);
 }
 

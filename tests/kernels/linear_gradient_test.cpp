@@ -1,7 +1,7 @@
 // kernels::linear_gradient, linear_margins and sigmoid against float64 host
 // references, on random batches with empty rows, repeated slots, no values,
 // a bias slot, and on 1 to 3 host threads (which select the kernel's fused
-// atomic or two-phase privatized strategy; see linear_gradient.cpp).
+// atomic or privatized strategy; see linear_gradient.cpp).
 #include "kernels/linear_gradient.h"
 
 #include <gtest/gtest.h>
@@ -153,13 +153,15 @@ struct Shape {
   int max_nnz;
 };
 
-// Few slots: many repeats within and across rows (the two-phase strategy);
+// Few slots: many repeats within and across rows (the privatized strategy);
 // many slots per nonzero: the fused atomic strategy on 2 and 3 threads.
+// large: many blocks of the privatized strategy per range; long_rows: rows
+// longer than a block (kBlockNnz), each then a block of its own.
 constexpr Shape kShapes[] = {
     // one_slot with a bias: the bias is the only slot, every row is empty.
     {"no_rows", 0, 17, 8},           {"one_row", 1, 5, 6},      {"all_empty", 50, 9, 0},
     {"one_slot", 40, 1, 5},          {"few_slots", 300, 7, 12}, {"medium", 1000, 500, 20},
-    {"many_slots", 200, 100000, 10}, {"large", 6000, 3000, 40},
+    {"many_slots", 200, 100000, 10}, {"large", 6000, 3000, 40}, {"long_rows", 12, 2000, 9000},
 };
 
 void PrintTo(const Shape& s, std::ostream* os) { *os << s.name; }

@@ -1,9 +1,12 @@
-// `parafab bench kernels|train`: throughput beside ceilings measured in the
+// `parafab bench kernels|train|fabric`: throughput beside ceilings measured in the
 // same run (DESIGN.md, "Benchmark output").
+#include <chrono>
+#include <cstdint>
 #include <iostream>
 #include <memory>
 
 #include "apps/commands.h"
+#include "benchmarks/fabric_bench.h"
 #include "benchmarks/kernel_bench.h"
 #include "benchmarks/train_bench.h"
 
@@ -43,6 +46,35 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   tc->add_option("--json", t->json_path, "Also write one JSON object per line to this file");
   tc->callback([t, &ctx] {
     ctx.exit_code = run_guarded("bench train", [&] { return benchmarks::run_train_bench(*t, std::cout); });
+  });
+
+  auto f = std::make_shared<benchmarks::FabricBenchOptions>();
+  auto f_timeout_ms = std::make_shared<int64_t>(f->timeout.count());
+  CLI::App* fc = bench->add_subcommand(
+      "fabric", "Tagged messages and RMA reads over rdma::Endpoint vs fi_pingpong, per provider and size");
+  fc->add_option("--provider", f->providers, "libfabric providers (repeat, or a comma list)")
+      ->delimiter(',')
+      ->capture_default_str();
+  fc->add_option("--sizes", f->sizes, "Message sizes in bytes (K, M suffixes: powers of 1024)")
+      ->delimiter(',')
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  fc->add_option("--iterations", f->iterations, "Timed iterations per case and size; 0: clamp(64 MiB / size, 20, 2000)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  fc->add_option("--window", f->window, "Sends or reads in flight in the bandwidth cases")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  fc->add_flag("!--no-verify", f->verify, "Skip the data verification");
+  fc->add_flag("!--no-ceiling", f->ceiling, "Skip fi_pingpong");
+  fc->add_option("--fi-pingpong", f->fi_pingpong, "fi_pingpong executable (looked up on PATH)")->capture_default_str();
+  fc->add_option("--timeout-ms", *f_timeout_ms, "Timeout of each operation and each fi_pingpong run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  fc->add_option("--json", f->json_path, "Also write one JSON object per line to this file");
+  fc->callback([f, f_timeout_ms, &ctx] {
+    f->timeout = std::chrono::milliseconds(*f_timeout_ms);
+    ctx.exit_code = run_guarded("bench fabric", [&] { return benchmarks::run_fabric_bench(*f, std::cout); });
   });
 }
 

@@ -1,0 +1,81 @@
+// `parafab bench fabric`: rdma::Endpoint's tagged messages and RMA reads,
+// per provider and message size, each figure beside fi_pingpong's figure for
+// the same provider and size, measured in the same run.
+//
+//   FabricBenchOptions o;                       // both providers, 4 KiB .. 4 MiB
+//   o.json_path = "bench_fabric.json";
+//   int rc = run_fabric_bench(o, std::cout);    // table on stdout, JSON lines to the file
+//
+// Two endpoints in this process over 127.0.0.1, each with its own progress
+// thread; A on the calling thread, B's replies on a thread of their own.
+// Cases, each after a warm-up, per size S and N iterations:
+//   tagged_pingpong  A sends S bytes, B sends them back, N times. Two records:
+//                    "us" = round trip / 2 and "MB/s" = 2 N S / elapsed,
+//                    computed as fi_pingpong computes usec/xfer and MB/sec.
+//   tagged_stream    A keeps `window` sends in flight, B receives N messages;
+//                    MB/s = N S / (first send .. last receipt).
+//   rma_read         A reads S bytes of B's registered region: "us" per
+//                    read, one at a time; "MB/s" with `window` reads in flight.
+// Ceilings: the pingpong records compare with fi_pingpong's figure of the
+// same metric; tagged_stream and rma_read MB/s with fi_pingpong's MB/sec (a
+// ping-pong figure, both directions counted: field ceiling_kind says so),
+// rma_read us with its usec/xfer.
+// Ratios: for MB/s value / ceiling; for us ceiling / value, since lower is
+// better (field "better": "lower"). Either way >= 1 means as good as
+// fi_pingpong. Records whose ceiling could not be measured have none.
+// Verification (on unless `verify` is false): every payload word is distinct
+// (word k of message i differs from its neighbours and between messages);
+// the first and the last message of each timed loop are compared in full,
+// the others by tag, size and a stamp of their iteration number; RMA reads
+// of the first and last iteration land in a cleared buffer and are compared
+// in full. Checking happens off the clock.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bench_report.h"
+
+namespace parafab::benchmarks {
+
+struct FabricBenchOptions {
+  std::vector<std::string> providers{"tcp;ofi_rxm", "shm"};
+  std::vector<size_t> sizes{size_t{4} << 10,   size_t{16} << 10, size_t{64} << 10,
+                            size_t{256} << 10, size_t{1} << 20,  size_t{4} << 20};
+  // Timed iterations per case and size; 0: default_fabric_iterations(size).
+  int iterations = 0;
+  int window = 8;        // sends or reads in flight in tagged_stream and rma_read MB/s
+  bool verify = true;
+  bool ceiling = true;   // run fi_pingpong
+  std::string fi_pingpong = "fi_pingpong";  // executable, looked up on PATH
+  std::string node = "127.0.0.1";           // address of both endpoints (shm ignores it)
+  std::chrono::milliseconds timeout{30000};  // endpoint operations and each fi_pingpong run
+  std::string json_path;                     // JSON lines written here when not empty
+};
+
+// clamp(64 MiB / size, 20, 2000): a default run of both providers stays
+// within about a minute each on 2 cores.
+int default_fabric_iterations(size_t bytes);
+
+// For a latency record (lower is better): sets the ceiling and its source,
+// ratio = ceiling / value (none when value <= 0), and the field
+// "better": "lower". BenchRecord::with_ceiling keeps value / ceiling for
+// every other record.
+BenchRecord& with_latency_ceiling(BenchRecord& record, double ceiling_us, std::string source);
+
+// Measures one provider: appends its records to `report` and progress and
+// notes (skipped cases, missing ceilings) to `log`. Returns 0, 1 when a
+// verification failed, 2 when the provider could not be opened or an
+// operation failed (the reason on `log`).
+int measure_fabric_provider(const FabricBenchOptions& options, const std::string& provider, BenchReport& report,
+                            std::ostream& log);
+
+// Every provider, then the table on `out` (and the JSON file). Returns 0 on
+// success, 1 when a verification failed, 2 on bad options or when a
+// provider could not be measured.
+int run_fabric_bench(const FabricBenchOptions& options, std::ostream& out);
+
+}  // namespace parafab::benchmarks

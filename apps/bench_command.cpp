@@ -67,6 +67,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   fc->add_flag("!--no-verify", f->verify, "Skip the data verification");
   fc->add_flag("!--no-ceiling", f->ceiling, "Skip fi_pingpong");
+  fc->add_flag("!--no-busy-poll", f->busy_poll, "Let the endpoints sleep when idle (the default progress) instead of polling like fi_pingpong");
   fc->add_option("--fi-pingpong", f->fi_pingpong, "fi_pingpong executable (looked up on PATH)")->capture_default_str();
   fc->add_option("--timeout-ms", *f_timeout_ms, "Timeout of each operation and each fi_pingpong run")
       ->check(CLI::PositiveNumber)

@@ -164,14 +164,15 @@ Timed run_pingpong(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iteration
   Helper echo([&](const std::atomic<bool>& stop) {
     for (int i = 0; i < total; ++i) {
       rdma::Message m = receive_until(b, stop, timeout, "tagged_pingpong: B");
-      check_status(b.send(kA, m.tag, m.data.data(), m.data.size()).get(), "tagged_pingpong: B's echo");
+      auto echoed = b.send(kA, m.tag, m.data.data(), m.data.size());
+      check_status(b.wait(echoed), "tagged_pingpong: B's echo");
     }
   });
   for (int w = 0; w < warmup; ++w) {
     stamp(pay.mid.data(), n, kWarmupTag + w);
     auto sent = a.send(kB, kWarmupTag + w, pay.mid.data(), n);
     rdma::Message m = receive_or_throw(a, timeout, "tagged_pingpong warm-up: A");
-    check_status(sent.get(), "tagged_pingpong warm-up: A's send");
+    check_status(a.wait(sent), "tagged_pingpong warm-up: A's send");
     if (m.tag != kWarmupTag + w || m.data.size() != n) throw CaseFailure(1, "tagged_pingpong warm-up: wrong echo");
   }
   Stopwatch clock;
@@ -182,7 +183,7 @@ Timed run_pingpong(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iteration
     if (!first && !last) stamp(pay.mid.data(), n, i);
     auto sent = a.send(kB, i, buf, n);
     rdma::Message m = receive_or_throw(a, timeout, fmt::format("tagged_pingpong iteration {}: A", i));
-    check_status(sent.get(), fmt::format("tagged_pingpong iteration {}: A's send", i));
+    check_status(a.wait(sent), fmt::format("tagged_pingpong iteration {}: A's send", i));
     if (!verify) continue;
     clock.pause();
     if (m.tag != static_cast<uint64_t>(i) || m.data.size() != n) {
@@ -215,7 +216,8 @@ Timed run_stream(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterations,
   Helper receiver([&](const std::atomic<bool>& stop) {
     for (int w = 0; w < warmup; ++w) (void)receive_until(b, stop, timeout, "tagged_stream warm-up: B");
     const uint64_t ready = 1;
-    check_status(b.send(kA, kReadyTag, &ready, sizeof ready).get(), "tagged_stream: B's ready message");
+    auto ready_sent = b.send(kA, kReadyTag, &ready, sizeof ready);
+    check_status(b.wait(ready_sent), "tagged_stream: B's ready message");
     std::vector<bool> seen(static_cast<size_t>(iterations), false);
     for (int r = 0; r < iterations; ++r) {
       rdma::Message m = receive_until(b, stop, timeout, "tagged_stream: B");
@@ -239,7 +241,7 @@ Timed run_stream(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterations,
   std::deque<std::future<rdma::Status>> in_flight;
   auto retire = [&](size_t keep) {
     while (in_flight.size() > keep) {
-      check_status(in_flight.front().get(), "tagged_stream: A's send");
+      check_status(a.wait(in_flight.front()), "tagged_stream: A's send");
       in_flight.pop_front();
     }
   };
@@ -291,14 +293,23 @@ RmaTimes run_rma_read(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterat
       throw CaseFailure(1, fmt::format("rma_read {} ({} bytes): differs at byte {}", what, n, *at));
     }
   };
-  for (int w = 0; w < warmup; ++w) check_status(read_into(0).get(), "rma_read warm-up");
+  // B is passive, but under manual progress (tcp) it must read its queue to
+  // serve our reads: when it has no progress thread, this one does it.
+  Helper serve([&](const std::atomic<bool>& stop) {
+    while (!stop) b.progress();
+  });
+  auto read_wait = [&](size_t slot) {
+    auto f = read_into(slot);
+    return a.wait(f);
+  };
+  for (int w = 0; w < warmup; ++w) check_status(read_wait(0), "rma_read warm-up");
 
   RmaTimes t;
   std::fill(local.begin(), local.end(), std::byte{0});
   Stopwatch clock;
   clock.start();
   for (int i = 0; i < iterations; ++i) {
-    check_status(read_into(0).get(), fmt::format("rma_read iteration {}", i));
+    check_status(read_wait(0), fmt::format("rma_read iteration {}", i));
     const bool first = i == 0, last = i == iterations - 1;
     if (!verify || !(first || last || i == iterations - 2)) continue;
     clock.pause();
@@ -314,13 +325,13 @@ RmaTimes run_rma_read(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterat
   const auto start = Clock::now();
   for (int i = 0; i < iterations; ++i) {
     if (in_flight.size() == static_cast<size_t>(window)) {
-      check_status(in_flight.front().get(), "rma_read (windowed)");
+      check_status(a.wait(in_flight.front()), "rma_read (windowed)");
       in_flight.pop_front();
     }
     in_flight.push_back(read_into(static_cast<size_t>(i % window)));
   }
   while (!in_flight.empty()) {
-    check_status(in_flight.front().get(), "rma_read (windowed)");
+    check_status(a.wait(in_flight.front()), "rma_read (windowed)");
     in_flight.pop_front();
   }
   t.bandwidth.elapsed_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
@@ -394,6 +405,9 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
     eo.provider = provider;
     eo.node = o.node;
     eo.timeout = o.timeout;
+    eo.busy_poll = o.busy_poll;
+    // Like fi_pingpong: the threads that wait drive progress themselves.
+    eo.progress_thread = !o.busy_poll;
     a = std::make_unique<rdma::Endpoint>(eo);
     b = std::make_unique<rdma::Endpoint>(eo);
     a->add_peer(kB, b->address());
@@ -418,7 +432,8 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
         return BenchRecord("fabric", case_name, value, unit);
       };
       auto common = [&](BenchRecord& r) {
-        r.with("provider", provider).with("bytes", s).with("iterations", n).with("verified", verified);
+        r.with("provider", provider).with("bytes", s).with("iterations", n).with("verified", verified)
+            .with("progress", o.busy_poll ? "busy_poll" : "adaptive");
         if (has_c) r.with("ceiling_iterations", ceiling_iterations[s]);
       };
 

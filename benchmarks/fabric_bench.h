@@ -50,6 +50,9 @@ struct FabricBenchOptions {
   int window = 8;        // sends or reads in flight in tagged_stream and rma_read MB/s
   bool verify = true;
   bool ceiling = true;   // run fi_pingpong
+  // Our endpoints poll without sleeping, as fi_pingpong does (EndpointOptions::busy_poll);
+  // false measures the default adaptive progress (poll, then sleep when idle).
+  bool busy_poll = true;
   std::string fi_pingpong = "fi_pingpong";  // executable, looked up on PATH
   std::string node = "127.0.0.1";           // address of both endpoints (shm ignores it)
   std::chrono::milliseconds timeout{30000};  // endpoint operations and each fi_pingpong run

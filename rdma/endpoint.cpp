@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "rdma/fabric_error.h"
 
@@ -268,14 +269,45 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   return m.finish_posting(op, st);
 }
 
+void Endpoint::Impl::caller_poll() {
+  if (progress_step(!options.busy_poll) == 0 && (options.busy_poll || !has_wait)) std::this_thread::yield();
+}
+
 std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
+  if (m.options.busy_poll || !m.options.progress_thread) {
+    // Drive progress here: no progress thread to wait for, or none worth
+    // the hand-off.
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      {
+        std::lock_guard lock(m.inbox_mu_);
+        if (!m.inbox.empty()) {
+          Message msg = std::move(m.inbox.front());
+          m.inbox.pop_front();
+          return msg;
+        }
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      m.caller_poll();
+    }
+  }
   std::unique_lock lock(m.inbox_mu_);
   if (!m.inbox_cv_.wait_for(lock, timeout, [&] { return !m.inbox.empty(); })) return std::nullopt;
   Message msg = std::move(m.inbox.front());
   m.inbox.pop_front();
   return msg;
 }
+
+Status Endpoint::wait(std::future<Status>& operation) {
+  Impl& m = *impl_;
+  if (m.options.progress_thread && !m.options.busy_poll) return operation.get();
+  // Every operation fails by its own deadline, so this loop ends.
+  while (operation.wait_for(std::chrono::seconds(0)) != std::future_status::ready) m.caller_poll();
+  return operation.get();
+}
+
+void Endpoint::progress() { impl_->progress_step(false); }
 
 std::future<Status> Endpoint::read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
                                    const MemoryRegion* local_region) {

@@ -16,6 +16,12 @@
 //   rdma::Status s = a.send(1, /*tag=*/7, data.data(), data.size()).get();
 //   std::optional<rdma::Message> m = b.receive(std::chrono::seconds(5));  // m->from == 0
 //
+// Progress: by default a thread per endpoint completes operations. With
+// `progress_thread = false` the caller drives it through receive(), wait()
+// and progress(), as fabtests do; a future then must be waited on with
+// wait(), not get(), and a peer reading our registered memory over a
+// provider with manual progress needs us to call one of them meanwhile.
+//
 // Buffers handed to send/read/write must stay valid until the future is
 // ready; after a timeout the provider may still touch them until the
 // endpoint is destroyed.
@@ -29,6 +35,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rdma/endpoint_options.h"
@@ -46,10 +53,33 @@ struct ConstBuffer {
   size_t size = 0;
 };
 
+// An allocator whose resize() leaves bytes uninitialised: a received
+// message is overwritten by the fabric at once, and zero-filling megabytes
+// first would cost as much as the copy.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-, not value-initialised
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using ByteBuffer = std::vector<std::byte, UninitializedAllocator<std::byte>>;
+
 struct Message {
   PeerId from = 0;
   uint64_t tag = 0;
-  std::vector<std::byte> data;
+  ByteBuffer data;
 };
 
 struct EndpointStats {
@@ -97,6 +127,13 @@ class Endpoint {
   std::future<Status> send(PeerId to, uint64_t tag, const void* data, size_t size);
   // The next complete message from a known peer, or nullopt after `timeout`.
   std::optional<Message> receive(std::chrono::milliseconds timeout);
+  // The operation's Status, driving progress while waiting where nothing
+  // else does (progress_thread off, or busy_poll). With the default progress
+  // thread it is `operation.get()`.
+  Status wait(std::future<Status>& operation);
+  // Reads the completion queue once (reposts, deadlines): for callers that
+  // turned the progress thread off and have nothing to wait on right now.
+  void progress();
 
   // Registers [base, base+length) with `access` (kRemoteRead, ...). Throws
   // FabricError; kCuda without FI_HMEM is -FI_EOPNOTSUPP.

@@ -133,6 +133,7 @@ struct Endpoint::Impl {
   std::deque<Message> inbox;
 
   std::atomic<bool> stopping{false};
+  std::atomic<Clock::time_point> next_sweep{Clock::now()};
   std::thread progress_thread;
 
   explicit Impl(EndpointOptions opts);
@@ -145,7 +146,10 @@ struct Endpoint::Impl {
 
   // Progress.
   int progress_once(bool block);
+  int progress_step(bool may_block);  // CQ, reposts, and deadlines when due
   void progress_loop();
+  // Caller-driven progress: poll (or, unless busy_poll, block briefly) once.
+  void caller_poll();
   void dispatch(PostContext* pc, fi_addr_t src, size_t len, const Status& err, int err_code);
   void on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int err_code);
   void finish_locked(Operation* op, std::vector<Operation*>& inbound_done);

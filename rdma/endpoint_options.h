@@ -32,6 +32,17 @@ struct EndpointOptions {
   size_t max_in_flight = 256;
   // Every operation completes within this time, with an error if need be.
   std::chrono::milliseconds timeout{30000};
+  // After its last completion the progress thread keeps polling this long
+  // before it sleeps in the completion queue's wait object: traffic in
+  // bursts sees polling latency, an idle endpoint no CPU.
+  std::chrono::microseconds idle_spin{200};
+  // Never sleep: the progress thread polls, and receive() and wait() poll
+  // the queue themselves instead of waiting to be woken. For dedicated cores
+  // and latency benchmarks.
+  bool busy_poll = false;
+  // Run a progress thread. Off: the caller drives progress (receive, wait,
+  // progress), as fi_pingpong does; fewer threads to schedule on few cores.
+  bool progress_thread = true;
   // Ask the provider for FI_HMEM (GPU memory registration). Off by default:
   // providers without it would otherwise not be found.
   bool hmem = false;

@@ -235,22 +235,37 @@ void Endpoint::Impl::sweep_deadlines() {
   for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
 }
 
+int Endpoint::Impl::progress_step(bool may_block) {
+  const int n = progress_once(may_block && has_wait);
+  std::vector<size_t> retry;
+  {
+    std::lock_guard lock(mu_);
+    retry.swap(repost_pending);
+  }
+  for (size_t slot : retry) repost(slot);
+  const auto now = Clock::now();
+  if (now >= next_sweep.load()) {
+    next_sweep = now + std::chrono::milliseconds(5);
+    sweep_deadlines();
+  }
+  return n;
+}
+
+// Polls while there is traffic, and for `idle_spin` after the last
+// completion (yielding the core between polls); then blocks in the CQ's wait
+// object, one millisecond at a time, so an idle endpoint costs no CPU.
+// With busy_poll it never blocks.
 void Endpoint::Impl::progress_loop() {
-  auto next_sweep = Clock::now();
-  int idle = 0;
+  auto last_activity = Clock::now();
   while (!stopping) {
-    const int n = progress_once(idle > 64);
-    idle = n > 0 ? 0 : idle + 1;
-    if (!has_wait && idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    std::vector<size_t> retry;
-    {
-      std::lock_guard lock(mu_);
-      retry.swap(repost_pending);
-    }
-    for (size_t slot : retry) repost(slot);
-    if (Clock::now() >= next_sweep) {
-      sweep_deadlines();
-      next_sweep = Clock::now() + std::chrono::milliseconds(5);
+    const bool may_block = !options.busy_poll && Clock::now() - last_activity > options.idle_spin;
+    const int n = progress_step(may_block);
+    if (n > 0) {
+      last_activity = Clock::now();
+    } else if (!may_block) {
+      std::this_thread::yield();
+    } else if (!has_wait) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 }

@@ -119,7 +119,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
     op.contexts.back().index = i;
     check(post_pool_buffer(i), "fi_trecv(receive pool)", context());
   }
-  progress_thread = std::thread([this] { progress_loop(); });
+  if (options.progress_thread) progress_thread = std::thread([this] { progress_loop(); });
 }
 
 Endpoint::Impl::~Impl() {

@@ -43,7 +43,7 @@ TEST_P(EndpointMessages, EveryByteArrivesInOrderOfTags) {
   for (size_t m = 0; m < in_flight; ++m) {
     sent.push_back(eps[0]->send(1, /*tag=*/1000 + m, payloads[m].data(), payloads[m].size()));
   }
-  std::map<uint64_t, std::vector<std::byte>> got;
+  std::map<uint64_t, ByteBuffer> got;
   for (size_t m = 0; m < in_flight; ++m) {
     auto msg = eps[1]->receive(std::chrono::seconds(30));
     ASSERT_TRUE(msg) << "message " << m << " of " << in_flight << " never arrived";
@@ -178,6 +178,36 @@ TEST_P(EndpointPerProvider, BackPressureWithTwoOperationsInFlightLosesNothing) {
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(kMessages));
+}
+
+TEST_P(EndpointPerProvider, CallerDrivenProgressWithoutAProgressThread) {
+  EndpointOptions o = options_for(GetParam());
+  o.progress_thread = false;
+  o.busy_poll = true;
+  o.max_message_bytes = 32 * kKiB;
+  auto eps = make_mesh(2, o);
+  // B echoes from its own thread, driving its endpoint through receive/wait.
+  constexpr int kRounds = 20;
+  std::thread echo([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      auto m = eps[1]->receive(std::chrono::seconds(20));
+      if (!m) return;
+      auto f = eps[1]->send(0, m->tag, m->data.data(), m->data.size());
+      if (!eps[1]->wait(f).ok()) return;
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    const size_t n = (i % 2) ? 100 * kKiB + i : 10 + i;  // chunked and eager in turn
+    const auto out = pattern(0, i, n);
+    auto f = eps[0]->send(1, i, out.data(), out.size());
+    auto back = eps[0]->receive(std::chrono::seconds(20));
+    ASSERT_TRUE(back) << "round " << i;
+    const Status s = eps[0]->wait(f);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(back->tag, static_cast<uint64_t>(i));
+    EXPECT_EQ(first_mismatch(back->data, 0, i, n), -1) << "round " << i;
+  }
+  echo.join();
 }
 
 TEST_P(EndpointPerProvider, GarbageAddressIsAClearError) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,7 @@ inline std::vector<std::byte> pattern(uint64_t peer, uint64_t msg, size_t n) {
 }
 
 // The first differing position, or -1.
-inline int64_t first_mismatch(const std::vector<std::byte>& got, uint64_t peer, uint64_t msg, size_t n) {
+inline int64_t first_mismatch(std::span<const std::byte> got, uint64_t peer, uint64_t msg, size_t n) {
   if (got.size() != n) return static_cast<int64_t>(std::min(got.size(), n));
   for (size_t i = 0; i < n; ++i) {
     if (got[i] != pattern_byte(peer, msg, i)) return static_cast<int64_t>(i);

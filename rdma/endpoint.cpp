@@ -173,7 +173,10 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   op->bytes = total;
   FrameHeader h;
   h.user_tag = tag;
-  h.message_id = m.next_message_id.fetch_add(1) & kMessageIdMask;
+  {
+    std::lock_guard lock(m.mu_);
+    h.message_id = m.order[to].next_send++ & kMessageIdMask;  // the receiver's delivery order
+  }
   h.total_bytes = total;
   const bool eager = kFrameHeaderBytes + total <= m.eager_limit;
   if (!eager) {

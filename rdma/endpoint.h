@@ -4,7 +4,8 @@
 //
 // - messages: `send` a tagged byte sequence (scatter-gather) to a peer;
 //   the peer gets it whole from `receive`, however large (see
-//   message_framing.h for chunking past max_msg_size);
+//   message_framing.h for chunking past max_msg_size), and gets each
+//   sender's messages in the order they were sent;
 // - one-sided RMA: `read`/`write` a peer's registered region.
 //
 // Every operation returns a future that becomes ready with a Status within
@@ -91,6 +92,8 @@ struct EndpointStats {
   uint64_t dropped_unknown_sender = 0;  // from an address not added with add_peer
   uint64_t dropped_malformed = 0;       // bad frame header, truncated, over the inbound limit
   uint64_t inbound_failed = 0;          // large messages whose chunks failed or timed out
+  uint64_t skipped_in_order = 0;        // messages of a peer never received, skipped after the timeout
+  uint64_t dropped_out_of_order = 0;    // arrived after their place in the order was skipped
   uint64_t timed_out = 0;               // operations failed by the timeout
   uint64_t error_completions = 0;       // error completions read from the CQ
 };

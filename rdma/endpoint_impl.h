@@ -28,6 +28,8 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
+#include <optional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -88,8 +90,9 @@ struct Operation {
   std::vector<FidHandle<fid_mr>> registrations;  // FI_MR_LOCAL, for the operation's life
   std::deque<PostContext> contexts;              // stable addresses
 
-  // kInbound: the message being reassembled.
+  // kInbound: the message being reassembled, and its place in its sender's order.
   Message message;
+  uint64_t sequence = 0;
   size_t bytes = 0;
 };
 
@@ -105,7 +108,6 @@ struct Endpoint::Impl {
   bool has_wait = false;
   uint64_t mr_mode = 0;
   std::atomic<uint64_t> next_mr_key{1};
-  std::atomic<uint64_t> next_message_id{0};
 
   // libfabric objects: reverse destruction closes ep, pool MR, AV, CQ,
   // domain, fabric, in that order.
@@ -125,6 +127,17 @@ struct Endpoint::Impl {
   std::unordered_map<PeerId, fi_addr_t> peer_addrs;
   std::unordered_map<fi_addr_t, PeerId> addr_peers;
   std::unordered_map<PeerId, std::string> peer_names;  // fi_av_straddr of each peer
+  // Per-peer FIFO: a sender numbers its messages to each peer (the frame's
+  // message id); the receiver hands them out in that order, holding a small
+  // message that overtook a large one still being reassembled. A gap that
+  // stays open past the timeout (a failed message) is skipped.
+  struct PeerOrder {
+    uint64_t next_send = 0;
+    uint64_t next_deliver = 0;
+    std::map<uint64_t, std::optional<Message>> held;  // nullopt: failed, skip
+    Clock::time_point gap_since;
+  };
+  std::unordered_map<PeerId, PeerOrder> order;
   std::vector<size_t> repost_pending;  // pool slots whose repost met -FI_EAGAIN
   EndpointStats stats;
 
@@ -154,6 +167,10 @@ struct Endpoint::Impl {
   void on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int err_code);
   void finish_locked(Operation* op, std::vector<Operation*>& inbound_done);
   void deliver(std::vector<Operation*>& inbound_done);
+  // Hands `message` (nullopt: the message failed) to the inbox in its
+  // sender's order; takes mu_ then inbox_mu_, one after the other.
+  void deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message);
+  void push_inbox(std::vector<Message>& ready);
   void sweep_deadlines();
   void repost(size_t slot);
   int post_pool_buffer(size_t slot);

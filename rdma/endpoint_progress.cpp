@@ -31,12 +31,8 @@ std::future<Status> Endpoint::Impl::finish_posting(Operation* op, const Status& 
 // message, hands it to deliver(). Erases it from the table.
 void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbound_done) {
   if (op->kind == OpKind::kInbound) {
-    if (op->first_error.ok() && !op->cancelled) {
-      inbound_done.push_back(op);
-      ops.at(op).release();  // deliver() takes ownership
-    } else {
-      ++stats.inbound_failed;
-    }
+    ops.at(op).release();  // deliver() takes ownership, failed or not
+    inbound_done.push_back(op);
     ops.erase(op);
     return;
   }
@@ -58,18 +54,51 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
 void Endpoint::Impl::deliver(std::vector<Operation*>& inbound_done) {
   for (Operation* op : inbound_done) {
     std::unique_ptr<Operation> owned(op);
-    {
-      std::lock_guard lock(mu_);
-      ++stats.messages_received;
-      stats.bytes_received += owned->message.data.size();
+    const bool ok = owned->first_error.ok() && !owned->cancelled;
+    if (ok) {
+      deliver_in_order(owned->peer, owned->sequence, std::move(owned->message));
+    } else {
+      deliver_in_order(owned->peer, owned->sequence, std::nullopt);
     }
-    {
-      std::lock_guard lock(inbox_mu_);
-      inbox.push_back(std::move(owned->message));
-    }
-    inbox_cv_.notify_one();
   }
   inbound_done.clear();
+}
+
+void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message) {
+  std::vector<Message> ready;
+  {
+    std::lock_guard lock(mu_);
+    if (!message) ++stats.inbound_failed;
+    PeerOrder& po = order[peer];
+    if (sequence < po.next_deliver) {
+      // Its gap was already skipped by the timeout: too late to keep order.
+      ++stats.dropped_out_of_order;
+      return;
+    }
+    const bool had_gap = !po.held.empty();
+    po.held.emplace(sequence, std::move(message));
+    while (!po.held.empty() && po.held.begin()->first == po.next_deliver) {
+      if (po.held.begin()->second) {
+        ++stats.messages_received;
+        stats.bytes_received += po.held.begin()->second->data.size();
+        ready.push_back(std::move(*po.held.begin()->second));
+      }
+      po.held.erase(po.held.begin());
+      ++po.next_deliver;
+    }
+    if (!po.held.empty() && (!had_gap || !ready.empty())) po.gap_since = Clock::now();
+  }
+  push_inbox(ready);
+}
+
+void Endpoint::Impl::push_inbox(std::vector<Message>& ready) {
+  if (ready.empty()) return;
+  {
+    std::lock_guard lock(inbox_mu_);
+    for (Message& m : ready) inbox.push_back(std::move(m));
+  }
+  inbox_cv_.notify_all();
+  ready.clear();
 }
 
 void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int err_code) {
@@ -109,16 +138,7 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     m.from = peer;
     m.tag = header->user_tag;
     m.data.assign(frame + kFrameHeaderBytes, frame + len);
-    {
-      std::lock_guard lock(mu_);
-      ++stats.messages_received;
-      stats.bytes_received += m.data.size();
-    }
-    {
-      std::lock_guard lock(inbox_mu_);
-      inbox.push_back(std::move(m));
-    }
-    inbox_cv_.notify_one();
+    deliver_in_order(peer, header->message_id, std::move(m));
   } else {
     Operation* op = new_op(OpKind::kInbound, peer, src,
                            "receive of " + std::to_string(header->total_bytes) + " bytes (message " +
@@ -126,6 +146,7 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     op->message.from = peer;
     op->message.tag = header->user_tag;
     op->message.data.resize(header->total_bytes);
+    op->sequence = header->message_id;
     // Repost first: the chunk posts may need progress, which needs buffers.
     repost(slot);
     post_inbound_chunks(op, *header);
@@ -233,6 +254,29 @@ void Endpoint::Impl::sweep_deadlines() {
   // Receives can be cancelled; their FI_ECANCELED completions then finish
   // the operation. Sends and RMA stay until their completion or the close.
   for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
+
+  // A message that never came (its sender failed to post it) must not hold
+  // back the ones after it forever.
+  std::vector<Message> ready;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [peer, po] : order) {
+      if (po.held.empty() || now - po.gap_since < options.timeout) continue;
+      stats.skipped_in_order += po.held.begin()->first - po.next_deliver;
+      po.next_deliver = po.held.begin()->first;
+      while (!po.held.empty() && po.held.begin()->first == po.next_deliver) {
+        if (po.held.begin()->second) {
+          ++stats.messages_received;
+          stats.bytes_received += po.held.begin()->second->data.size();
+          ready.push_back(std::move(*po.held.begin()->second));
+        }
+        po.held.erase(po.held.begin());
+        ++po.next_deliver;
+      }
+      po.gap_since = now;
+    }
+  }
+  push_inbox(ready);
 }
 
 int Endpoint::Impl::progress_step(bool may_block) {

@@ -18,6 +18,9 @@ void add_predict_command(CLI::App& root, CommandContext& ctx);
 void add_gen_data_command(CLI::App& root, CommandContext& ctx);
 void add_bench_command(CLI::App& root, CommandContext& ctx);
 void add_info_command(CLI::App& root, CommandContext& ctx);
+void add_scheduler_command(CLI::App& root, CommandContext& ctx);
+void add_server_command(CLI::App& root, CommandContext& ctx);
+void add_worker_command(CLI::App& root, CommandContext& ctx);
 
 // Runs body, turning every exception into "parafab <cmd>: error: ..." on
 // stderr and exit status 1 (2 for std::invalid_argument: bad flags).

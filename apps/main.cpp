@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   add_gen_data_command(app, ctx);
   add_bench_command(app, ctx);
   add_info_command(app, ctx);
+  add_scheduler_command(app, ctx);
+  add_server_command(app, ctx);
+  add_worker_command(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -55,3 +55,8 @@ else()
   thrust_create_target(parafab_thrust HOST CPP DEVICE OMP)
 endif()
 message(STATUS "parafab: Thrust from ${PARAFAB_THRUST_ORIGIN}, CUDA backend ${PARAFAB_CUDA}")
+
+# OpenSSL's libcrypto (libssl-dev): HMAC-SHA256, constant-time compare and
+# the CSPRNG for the job token's challenge-response (ps/job_token.h). Nothing
+# else in the tree offers a vetted HMAC; libcrypto is on every Linux host.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)

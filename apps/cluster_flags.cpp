@@ -1,0 +1,79 @@
+#include "apps/cluster_flags.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace parafab::apps {
+namespace {
+
+void from_env(std::string& field, const char* var, const char* fallback) {
+  if (!field.empty()) return;
+  if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+    field = v;
+  } else if (fallback != nullptr) {
+    field = fallback;
+  }
+}
+
+}  // namespace
+
+void add_cluster_flags(CLI::App* cmd, ClusterFlags& f) {
+  cmd->add_option("--scheduler", f.scheduler, "The scheduler's HOST:PORT (else $PARAFAB_SCHEDULER)");
+  cmd->add_option("--token-file", f.token_file, "File holding the job token (else $PARAFAB_TOKEN_FILE)");
+  cmd->add_option("--provider", f.provider,
+                  "libfabric provider: tcp;ofi_rxm, shm, verbs;ofi_rxm, efa (else $PARAFAB_PROVIDER, default tcp;ofi_rxm)");
+  cmd->add_option("--node", f.node, "Address the fabric endpoint binds (else $PARAFAB_NODE, default 127.0.0.1)");
+  cmd->add_option("--join-timeout", f.join_timeout_s, "Seconds to wait for the whole job to join")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+void resolve_cluster_flags(ClusterFlags& f) {
+  from_env(f.scheduler, "PARAFAB_SCHEDULER", nullptr);
+  from_env(f.token_file, "PARAFAB_TOKEN_FILE", nullptr);
+  from_env(f.provider, "PARAFAB_PROVIDER", "tcp;ofi_rxm");
+  from_env(f.node, "PARAFAB_NODE", "127.0.0.1");
+  if (f.scheduler.empty()) throw std::invalid_argument("no scheduler: give --scheduler HOST:PORT or set PARAFAB_SCHEDULER");
+  if (f.token_file.empty()) throw std::invalid_argument("no job token: give --token-file FILE or set PARAFAB_TOKEN_FILE");
+  (void)parse_host_port(f.scheduler);
+}
+
+HostPort parse_host_port(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  HostPort hp;
+  if (colon == std::string::npos || colon == 0) {
+    throw std::invalid_argument("scheduler address '" + text + "': expected HOST:PORT");
+  }
+  hp.host = text.substr(0, colon);
+  unsigned port = 0;
+  const char* b = text.data() + colon + 1;
+  const char* e = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(b, e, port);
+  if (ec != std::errc() || end != e || port == 0 || port > 65535) {
+    throw std::invalid_argument("scheduler address '" + text + "': port must be 1-65535");
+  }
+  hp.port = static_cast<uint16_t>(port);
+  return hp;
+}
+
+rdma::EndpointOptions endpoint_options(const ClusterFlags& f) {
+  rdma::EndpointOptions o;
+  o.provider = f.provider;
+  o.node = f.node;
+  return o;
+}
+
+std::chrono::milliseconds join_timeout(const ClusterFlags& f) {
+  return std::chrono::milliseconds(static_cast<int64_t>(f.join_timeout_s * 1000));
+}
+
+std::string this_host_name() {
+  char buf[256] = "";
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+}  // namespace parafab::apps

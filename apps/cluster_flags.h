@@ -1,0 +1,48 @@
+// The flags every node of a distributed job shares (`parafab server`,
+// `worker`, `train` under `launch`), with their environment fallbacks: a
+// flag given wins, else the variable, else the default.
+//
+//   --scheduler HOST:PORT   PARAFAB_SCHEDULER
+//   --token-file FILE       PARAFAB_TOKEN_FILE   (the job token; never on the command line)
+//   --provider NAME         PARAFAB_PROVIDER     (default tcp;ofi_rxm)
+//   --node ADDRESS          PARAFAB_NODE         (fabric bind address, default 127.0.0.1)
+//   --join-timeout SECONDS                       (default 60)
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "ps/cluster_map.h"
+#include "ps/job_token.h"
+#include "rdma/endpoint_options.h"
+
+namespace parafab::apps {
+
+struct ClusterFlags {
+  std::string scheduler;
+  std::string token_file;
+  std::string provider;
+  std::string node;
+  double join_timeout_s = 60;
+};
+
+void add_cluster_flags(CLI::App* cmd, ClusterFlags& flags);
+// Fills what the flags left empty from the environment, then defaults.
+// Throws std::invalid_argument naming the flag and variable that are missing.
+void resolve_cluster_flags(ClusterFlags& flags);
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+// "HOST:PORT"; throws std::invalid_argument naming the text.
+HostPort parse_host_port(const std::string& text);
+
+rdma::EndpointOptions endpoint_options(const ClusterFlags& flags);
+std::chrono::milliseconds join_timeout(const ClusterFlags& flags);
+std::string this_host_name();
+
+}  // namespace parafab::apps

@@ -1,0 +1,39 @@
+#include "apps/cluster_node.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+namespace parafab::apps {
+
+ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
+                         std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead) {
+  ClusterNode node;
+  node.endpoint = std::make_unique<rdma::Endpoint>(endpoint_options(flags));
+  const HostPort sched = parse_host_port(flags.scheduler);
+  ps::SchedulerClientOptions co;
+  co.host = sched.host;
+  co.port = sched.port;
+  co.token = ps::JobToken::from_file(flags.token_file);
+  co.role = role;
+  co.host_name = this_host_name();
+  co.fabric_address = node.endpoint->address();
+  co.on_node_dead = std::move(on_node_dead);
+  node.client = std::make_unique<ps::SchedulerClient>(std::move(co));
+  node.map = &node.client->join(join_timeout(flags));
+  node.rank = node.client->rank();
+  node.role_rank = node.client->role_rank();
+  // Servers answer workers; workers talk to servers.
+  const auto& peers = role == ps::Role::kServer ? node.map->workers : node.map->servers;
+  for (const ps::NodeInfo& p : peers) node.endpoint->add_peer(p.rank, p.fabric_address);
+  std::fprintf(stderr, "%s\n",
+               fmt::format("{} {} (rank {}) joined job {:016x}: {} servers, {} workers, fabric {} at {}",
+                           ps::to_string(role), node.role_rank, node.rank, node.map->job_id, node.map->num_servers(),
+                           node.map->num_workers(), node.endpoint->provider().provider,
+                           node.endpoint->address_string())
+                   .c_str());
+  node.client->barrier("fabric-ready", join_timeout(flags));
+  return node;
+}
+
+}  // namespace parafab::apps

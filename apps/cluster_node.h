@@ -1,0 +1,29 @@
+// Joining a job as a server or worker: open the fabric endpoint, register
+// with the scheduler (its address blob travels in the registration), get
+// the cluster map, add the peers this role talks to, and meet the others at
+// a barrier so nobody sends before every endpoint knows its peers.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "apps/cluster_flags.h"
+#include "ps/scheduler_client.h"
+#include "rdma/endpoint.h"
+
+namespace parafab::apps {
+
+struct ClusterNode {
+  std::unique_ptr<rdma::Endpoint> endpoint;
+  std::unique_ptr<ps::SchedulerClient> client;
+  const ps::ClusterMap* map = nullptr;
+  uint32_t rank = 0;
+  uint32_t role_rank = 0;
+};
+
+// Throws with the scheduler's or the fabric's reason.
+ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
+                         std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead = {});
+
+}  // namespace parafab::apps

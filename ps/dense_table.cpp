@@ -1,0 +1,114 @@
+#include "ps/dense_table.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+namespace parafab::ps {
+namespace {
+
+constexpr size_t kRegionAlign = 4096;  // page-aligned: what memory registration likes best
+constexpr size_t kValuesOffset = 64;   // the version word's cache line, then the values
+
+std::string range_text(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+}  // namespace
+
+void DenseTable::FreeRegion::operator()(unsigned char* p) const { ::operator delete(p, std::align_val_t{kRegionAlign}); }
+
+DenseTable::DenseTable(const TableSchema& schema, uint64_t begin_row, uint64_t end_row)
+    : schema_(schema), begin_(begin_row), end_(end_row) {
+  schema_.validate();
+  const std::string who = "DenseTable (table " + std::to_string(schema_.id) + "): ";
+  if (schema_.kind != TableKind::kDense) throw std::invalid_argument(who + "schema kind is not dense");
+  if (!(begin_row < end_row && end_row <= schema_.rows)) {
+    throw std::invalid_argument(who + "rows " + range_text(begin_row, end_row) + " must be a non-empty part of " +
+                                range_text(0, schema_.rows));
+  }
+  width_ = schema_.width;
+  state_floats_ = state_floats_per_key(schema_.updater.kind, width_);
+  const uint64_t rows = end_ - begin_;
+  if (rows > (SIZE_MAX - kValuesOffset) / sizeof(float) / width_) {
+    throw std::invalid_argument(who + std::to_string(rows) + " rows of width " + std::to_string(width_) +
+                                " do not fit in memory");
+  }
+  value_count_ = static_cast<size_t>(rows) * width_;
+  region_bytes_ = kValuesOffset + value_count_ * sizeof(float);
+  region_.reset(static_cast<unsigned char*>(::operator new(region_bytes_, std::align_val_t{kRegionAlign})));
+  version_ = new (region_.get()) std::atomic<uint64_t>(0);
+  values_ = reinterpret_cast<float*>(region_.get() + kValuesOffset);
+  state_.resize(static_cast<size_t>(rows) * state_floats_);
+  // Rows are keyed by their global index, so every server (and a later
+  // repartition) initializes a row the same way.
+  for (uint64_t r = 0; r < rows; ++r) {
+    float* value = values_ + r * width_;
+    initialize_value(schema_.init, begin_ + r, value, static_cast<uint32_t>(width_));
+    initialize_state(schema_.updater, value, state_.data() + r * state_floats_, width_);
+  }
+}
+
+DenseTable::~DenseTable() = default;  // the atomic in region_ is trivially destructible
+
+void DenseTable::check_range(const char* op, uint64_t first_row, uint64_t rows) const {
+  if (first_row < begin_ || first_row > end_ || rows > end_ - first_row) {
+    const std::string asked = first_row > UINT64_MAX - rows
+                                  ? "[" + std::to_string(first_row) + ", " + std::to_string(first_row) + " + " +
+                                        std::to_string(rows) + ")"
+                                  : range_text(first_row, first_row + rows);
+    throw std::out_of_range("DenseTable (table " + std::to_string(schema_.id) + ")::" + op + ": rows " + asked +
+                            " are not inside this shard's rows " + range_text(begin_, end_));
+  }
+}
+
+void DenseTable::pull(uint64_t first_row, uint64_t rows, float* out) const {
+  check_range("pull", first_row, rows);
+  // Under the writer mutex no store to the values can run; try_read's relaxed
+  // loads may, but concurrent reads do not race.
+  std::lock_guard<std::mutex> lock(writer_);
+  std::memcpy(out, values_ + (first_row - begin_) * width_, rows * width_ * sizeof(float));
+}
+
+PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grads) {
+  check_range("push", first_row, rows);
+  PushResult result;
+  if (rows == 0) return result;
+  std::vector<float> row(width_);
+  std::lock_guard<std::mutex> lock(writer_);
+  const uint64_t v = version_->load(std::memory_order_relaxed);
+  version_->store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // pairs with try_read's acquire fence
+  for (uint64_t r = 0; r < rows; ++r) {
+    const size_t local = static_cast<size_t>(first_row - begin_ + r);
+    float* value = values_ + local * width_;
+    const float* grad = grads + r * width_;
+    for (size_t i = 0; i < width_; ++i) row[i] = std::atomic_ref<float>(value[i]).load(std::memory_order_relaxed);
+    if (apply_update(schema_.updater, row.data(), state_.data() + local * state_floats_, grad, width_) !=
+        UpdateStatus::kApplied) {
+      ++result.refused_non_finite;
+      continue;
+    }
+    for (size_t i = 0; i < width_; ++i) std::atomic_ref<float>(value[i]).store(row[i], std::memory_order_relaxed);
+    ++result.applied;
+  }
+  version_->store(v + 2, std::memory_order_release);  // pairs with try_read's acquire load of v1
+  return result;
+}
+
+bool DenseTable::try_read(uint64_t first_row, uint64_t rows, float* out) const {
+  check_range("try_read", first_row, rows);
+  const uint64_t v1 = version_->load(std::memory_order_acquire);
+  if (v1 & 1) return false;
+  const float* src = values_ + (first_row - begin_) * width_;
+  const size_t n = rows * width_;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = std::atomic_ref<float>(const_cast<float&>(src[i])).load(std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return version_->load(std::memory_order_relaxed) == v1;
+}
+
+}  // namespace parafab::ps

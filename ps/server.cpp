@@ -1,0 +1,269 @@
+#include "ps/server.h"
+
+#include <cstring>
+
+namespace parafab::ps {
+namespace {
+
+bool is_request(Op op) {
+  return op == Op::kPull || op == Op::kPush || op == Op::kClock || op == Op::kDensePull || op == Op::kDensePush;
+}
+
+}  // namespace
+
+Server::Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_index, ServerOptions options)
+    : endpoint_(endpoint),
+      map_(map),
+      index_(server_index),
+      options_(options),
+      range_(map.partition().range(server_index)),
+      clocks_(map.num_workers()) {
+  for (const TableSchema& t : map.tables) {
+    t.validate();
+    if (t.kind == TableKind::kSparse) {
+      sparse_[t.id] = std::make_unique<SparseTable>(t);
+    } else {
+      const RowRange rows = dense_rows_of(t.rows, server_index, map.num_servers());
+      if (rows.begin < rows.end) dense_[t.id] = std::make_unique<DenseTable>(t, rows.begin, rows.end);
+    }
+  }
+}
+
+SparseTable* Server::sparse_table(uint32_t id) {
+  auto it = sparse_.find(id);
+  return it == sparse_.end() ? nullptr : it->second.get();
+}
+
+DenseTable* Server::dense_table(uint32_t id) {
+  auto it = dense_.find(id);
+  return it == dense_.end() ? nullptr : it->second.get();
+}
+
+void Server::serve(const std::atomic<bool>& stop) {
+  while (!stop) {
+    if (auto m = endpoint_.receive(options_.poll)) handle(*m);
+    reap_replies(false);
+    std::vector<uint32_t> dead;
+    {
+      std::lock_guard lock(dead_mu_);
+      dead.swap(dead_pending_);
+    }
+    for (uint32_t w : dead) remove_worker(w);
+  }
+  reap_replies(true);
+}
+
+void Server::handle(const rdma::Message& message) {
+  DecodedMessage d;
+  if (auto err = decode_message(message.data, options_.limits, d)) {
+    // The request id is unknown when the header itself is bad: reply with 0.
+    reply_error(message.from, 0, "malformed message: " + *err);
+    return;
+  }
+  if (const std::string err = check_request(message, d); !err.empty()) {
+    reply_error(message.from, d.header.request_id, err);
+    return;
+  }
+  handle_decoded(message, d);
+}
+
+std::string Server::check_request(const rdma::Message& message, const DecodedMessage& d) const {
+  const WireHeader& h = d.header;
+  const uint32_t first_worker = map_.num_servers();
+  if (message.from < first_worker || message.from >= first_worker + map_.num_workers()) {
+    return "peer " + std::to_string(message.from) + " is not a worker of this job";
+  }
+  if (h.sender != message.from) {
+    return "sender field says rank " + std::to_string(h.sender) + " but the message came from rank " +
+           std::to_string(message.from);
+  }
+  if (!is_request(h.op)) return std::string("op '") + to_string(h.op) + "' is not a request a server answers";
+  if (h.op == Op::kClock) {
+    if (h.key_count != 0 || h.payload_bytes != 0) return "clock message with keys or values";
+    return "";
+  }
+  const TableSchema* schema = nullptr;
+  for (const TableSchema& t : map_.tables) {
+    if (t.id == h.table) schema = &t;
+  }
+  if (schema == nullptr) return "no table " + std::to_string(h.table);
+  const uint64_t width = schema->width;
+  if (h.op == Op::kPull || h.op == Op::kPush) {
+    if (schema->kind != TableKind::kSparse) return "table " + std::to_string(h.table) + " is dense: use dense ops";
+    const uint64_t want = h.op == Op::kPush ? h.key_count * width * sizeof(float) : 0;
+    if (h.payload_bytes != want) {
+      return std::string(to_string(h.op)) + " of " + std::to_string(h.key_count) + " keys of width " +
+             std::to_string(width) + " needs " + std::to_string(want) + " payload bytes, not " +
+             std::to_string(h.payload_bytes);
+    }
+    for (uint64_t key : d.keys) {
+      if (!range_.contains(mix64(key))) {
+        return "key " + std::to_string(key) + " belongs to server " +
+               std::to_string(map_.partition().server_of(key)) + ", not " + std::to_string(index_);
+      }
+    }
+    return "";
+  }
+  // Dense: keys = {first_row, rows}.
+  if (schema->kind != TableKind::kDense) return "table " + std::to_string(h.table) + " is sparse: use pull/push";
+  if (h.key_count != 2) return "dense request needs 2 keys (first row, rows), not " + std::to_string(h.key_count);
+  const uint64_t first = d.keys[0], rows = d.keys[1];
+  const RowRange mine = dense_rows_of(schema->rows, index_, map_.num_servers());
+  if (rows == 0 || first < mine.begin || first > mine.end || rows > mine.end - first) {
+    return "rows [" + std::to_string(first) + ", +" + std::to_string(rows) + ") outside this server's rows [" +
+           std::to_string(mine.begin) + ", " + std::to_string(mine.end) + ") of table " + std::to_string(h.table);
+  }
+  const uint64_t want = h.op == Op::kDensePush ? rows * width * sizeof(float) : 0;
+  if (h.payload_bytes != want) {
+    return std::string(to_string(h.op)) + " of " + std::to_string(rows) + " rows needs " + std::to_string(want) +
+           " payload bytes, not " + std::to_string(h.payload_bytes);
+  }
+  return "";
+}
+
+void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& d) {
+  const WireHeader& h = d.header;
+  const uint32_t worker = message.from - map_.num_servers();
+  switch (h.op) {
+    case Op::kPush: {
+      const PushResult r = sparse_.at(h.table)->push(d.keys, d.values.data());
+      ++stats_.pushes;
+      stats_.keys_pushed += d.keys.size();
+      stats_.refused_non_finite += r.refused_non_finite;
+      reply_header(message.from, h, Op::kPushReply);
+      return;
+    }
+    case Op::kDensePush: {
+      const PushResult r = dense_.at(h.table)->push(d.keys[0], d.keys[1], d.values.data());
+      ++stats_.pushes;
+      stats_.keys_pushed += d.keys[1];
+      stats_.refused_non_finite += r.refused_non_finite;
+      reply_header(message.from, h, Op::kDensePushReply);
+      return;
+    }
+    case Op::kPull:
+    case Op::kDensePull:
+      if (!options_.consistency.allows(h.clock, clocks_.min_clock())) {
+        ++stats_.parked;
+        parked_.push_back({message, h.clock});
+        stats_.parked_now = parked_.size();
+        return;
+      }
+      answer_pull(message, d);
+      return;
+    case Op::kClock: {
+      const auto r = clocks_.tick(worker, h.clock);
+      if (r == ClockTable::TickResult::kStale) {
+        reply_error(message.from, h.request_id,
+                    "clock " + std::to_string(h.clock) + " is not past the worker's clock " +
+                        std::to_string(clocks_.clock(worker)));
+        return;
+      }
+      if (r == ClockTable::TickResult::kUnknownWorker) {
+        reply_error(message.from, h.request_id, "worker " + std::to_string(worker) + " was removed from the job");
+        return;
+      }
+      ++stats_.clocks;
+      reply_header(message.from, h, Op::kClockReply);
+      if (r == ClockTable::TickResult::kMinAdvanced) answer_parked();
+      return;
+    }
+    default:
+      return;  // check_request let only requests through
+  }
+}
+
+void Server::answer_pull(const rdma::Message& message, const DecodedMessage& d) {
+  const WireHeader& h = d.header;
+  const bool dense = h.op == Op::kDensePull;
+  const uint64_t width = map_.table(h.table).width;
+  const uint64_t n = dense ? d.keys[1] : d.keys.size();
+  WireHeader r;
+  r.op = dense ? Op::kDensePullReply : Op::kPullReply;
+  r.table = h.table;
+  r.sender = map_.server_rank(index_);
+  r.clock = h.clock;
+  r.request_id = h.request_id;
+  r.payload_bytes = n * width * sizeof(float);
+  // Values are written straight into the reply: one copy, from the table.
+  std::vector<std::byte> bytes(kWireHeaderBytes + r.payload_bytes);
+  encode_header(r, bytes.data());
+  auto* out = reinterpret_cast<float*>(bytes.data() + kWireHeaderBytes);
+  if (dense) {
+    dense_.at(h.table)->pull(d.keys[0], n, out);
+  } else {
+    sparse_.at(h.table)->pull(d.keys, out);
+  }
+  ++stats_.pulls;
+  stats_.keys_pulled += n;
+  stats_.staleness.record(h.clock, clocks_.min_clock());
+  if (on_pull_answered) on_pull_answered(message.from - map_.num_servers(), h.clock, clocks_.min_clock());
+  reply(message.from, std::move(bytes));
+}
+
+void Server::answer_parked() {
+  // In arrival order: each worker's pulls stay in the order it sent them.
+  std::deque<Parked> still;
+  while (!parked_.empty()) {
+    Parked p = std::move(parked_.front());
+    parked_.pop_front();
+    if (!options_.consistency.allows(p.clock, clocks_.min_clock())) {
+      still.push_back(std::move(p));
+      continue;
+    }
+    DecodedMessage d;
+    (void)decode_message(p.message.data, options_.limits, d);  // validated when it arrived
+    answer_pull(p.message, d);
+  }
+  parked_ = std::move(still);
+  stats_.parked_now = parked_.size();
+}
+
+void Server::remove_worker(uint32_t worker_index) {
+  clocks_.remove(worker_index);
+  answer_parked();
+}
+
+void Server::remove_worker_later(uint32_t worker_index) {
+  std::lock_guard lock(dead_mu_);
+  dead_pending_.push_back(worker_index);
+}
+
+void Server::reply(uint32_t to, std::vector<std::byte> bytes) {
+  auto f = endpoint_.send(to, 0, bytes.data(), bytes.size());
+  in_flight_.emplace_back(std::move(f), std::move(bytes));
+  if (in_flight_.size() > 1024) reap_replies(false);
+}
+
+void Server::reply_header(uint32_t to, const WireHeader& request, Op op) {
+  WireHeader r;
+  r.op = op;
+  r.table = request.table;
+  r.sender = map_.server_rank(index_);
+  r.clock = request.clock;
+  r.request_id = request.request_id;
+  std::vector<std::byte> bytes(kWireHeaderBytes);
+  encode_header(r, bytes.data());
+  reply(to, std::move(bytes));
+}
+
+void Server::reply_error(uint32_t to, uint64_t request_id, const std::string& what) {
+  ++stats_.bad_messages;
+  stats_.last_error = "from rank " + std::to_string(to) + ": " + what;
+  WireHeader r;
+  r.op = Op::kError;
+  r.sender = map_.server_rank(index_);
+  r.request_id = request_id;
+  reply(to, encode_message(r, {}, std::as_bytes(std::span(what.data(), what.size()))));
+}
+
+void Server::reap_replies(bool all) {
+  while (!in_flight_.empty()) {
+    auto& f = in_flight_.front().first;
+    if (!all && f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) break;
+    if (!endpoint_.wait(f).ok()) ++stats_.reply_failures;
+    in_flight_.pop_front();
+  }
+}
+
+}  // namespace parafab::ps

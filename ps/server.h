@@ -1,0 +1,108 @@
+// A parameter server: holds shard `server_index` of every table of the
+// cluster map, answers pulls, applies pushes with each table's updater, and
+// enforces the consistency model with the workers' clocks.
+//
+//   ps::Server server(endpoint, cluster_map, /*server_index=*/0, options);
+//   std::atomic<bool> stop{false};
+//   server.serve(stop);      // until stop; every message validated first
+//
+// One thread serves: messages are handled in arrival order, and the
+// transport keeps each worker's messages in send order, so a worker's
+// pushes are applied before its later pulls (read-my-writes). A pull the
+// SSP bound does not yet allow is parked and answered when the minimum
+// clock has advanced far enough. A bad message gets an error reply naming
+// what was wrong, and a counter; the server keeps serving.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ps/cluster_map.h"
+#include "ps/consistency.h"
+#include "ps/dense_table.h"
+#include "ps/sparse_table.h"
+#include "ps/wire_format.h"
+#include "rdma/endpoint.h"
+
+namespace parafab::ps {
+
+struct ServerOptions {
+  ConsistencyModel consistency;  // BSP by default
+  WireLimits limits;
+  std::chrono::milliseconds poll{50};  // how often serve() looks at `stop`
+};
+
+struct ServerStats {
+  uint64_t pulls = 0, pushes = 0, clocks = 0;
+  uint64_t keys_pulled = 0, keys_pushed = 0;
+  uint64_t refused_non_finite = 0;  // keys whose gradient was refused by the updater
+  uint64_t bad_messages = 0;        // answered with an error
+  uint64_t parked = 0;              // pulls parked by the SSP bound, in all
+  uint64_t parked_now = 0;
+  uint64_t reply_failures = 0;      // replies the transport could not deliver
+  StalenessHistogram staleness;
+  std::string last_error;           // the last bad message's reason, with its sender
+};
+
+class Server {
+ public:
+  Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_index, ServerOptions options);
+
+  void serve(const std::atomic<bool>& stop);
+  // Handles one received message (serve() calls it; tests may too).
+  void handle(const rdma::Message& message);
+  // A worker declared dead leaves the SSP minimum; parked pulls it held back
+  // are answered. On the serving thread (or before serve()).
+  void remove_worker(uint32_t worker_index);
+  // The same from any other thread (the scheduler client's): applied by serve().
+  void remove_worker_later(uint32_t worker_index);
+
+  ServerStats stats() const { return stats_; }
+  const ClockTable& clocks() const { return clocks_; }
+  SparseTable* sparse_table(uint32_t id);
+  DenseTable* dense_table(uint32_t id);
+  // Called for every pull answered: the puller, its clock, the minimum then.
+  std::function<void(uint32_t worker_index, int64_t pull_clock, int64_t min_clock)> on_pull_answered;
+
+ private:
+  struct Parked {
+    rdma::Message message;
+    int64_t clock;
+  };
+
+  void handle_decoded(const rdma::Message& message, const DecodedMessage& d);
+  void answer_pull(const rdma::Message& message, const DecodedMessage& d);
+  void answer_parked();
+  void reply(uint32_t to, std::vector<std::byte> bytes);
+  void reply_header(uint32_t to, const WireHeader& request, Op op);
+  void reply_error(uint32_t to, uint64_t request_id, const std::string& what);
+  void reap_replies(bool all);
+  // Checks table, kind and sizes; returns an error text or "".
+  std::string check_request(const rdma::Message& message, const DecodedMessage& d) const;
+
+  rdma::Endpoint& endpoint_;
+  const ClusterMap& map_;
+  uint32_t index_;
+  ServerOptions options_;
+  KeyRange range_;
+  std::map<uint32_t, std::unique_ptr<SparseTable>> sparse_;
+  std::map<uint32_t, std::unique_ptr<DenseTable>> dense_;
+  ClockTable clocks_;
+  std::deque<Parked> parked_;
+  // Replies in flight: the transport reads their bytes until the send completes.
+  std::deque<std::pair<std::future<rdma::Status>, std::vector<std::byte>>> in_flight_;
+  ServerStats stats_;
+  std::mutex dead_mu_;
+  std::vector<uint32_t> dead_pending_;
+};
+
+}  // namespace parafab::ps

@@ -1,0 +1,460 @@
+// SparseTable: sub-sharded linear probing (layout and growth policy in the
+// header). A push or pull runs in three steps:
+//   1. hash every key once and counting-sort the positions by sub-shard
+//      (scratch arrays per thread, reused across calls: a 10^5-key push then
+//      allocates nothing);
+//   2. per sub-shard, take its lock once;
+//   3. walk that sub-shard's keys, prefetching the home slot (key and value
+//      lines) kAhead keys ahead, so the cache misses of successive keys
+//      overlap instead of queuing one after the other.
+#include "ps/sparse_table.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ps/key_hash.h"
+#include "ps/updaters/batched_width1.h"
+
+namespace parafab::ps {
+namespace {
+
+constexpr uint64_t kEmptyKey = ~uint64_t{0};  // marks a free slot; the real key lives in the side slot
+constexpr double kMaxLoad = 0.85;             // a sub-shard grows when its load would pass this
+constexpr double kTargetLoad = 0.70;          // ... to a capacity that puts the load back here
+constexpr uint64_t kMinCapacity = 16;
+constexpr uint64_t kMaxCapacity = uint64_t{1} << 32;  // home_slot maps 32 bits of the hash
+constexpr size_t kAhead = 16;                         // prefetch distance, in keys
+constexpr unsigned kMaxSubShards = 4096;
+
+// Bits 32..47 of the mixed key: they vary within one server's range (see the
+// header), and are disjoint from the 32 bits home_slot uses.
+inline unsigned sub_shard_of(uint64_t mixed, unsigned count) {
+  return static_cast<unsigned>((((mixed >> 32) & 0xFFFF) * count) >> 16);
+}
+
+// Home slot in [0, capacity): the low 32 bits of the mixed key scaled to the
+// capacity (Lemire's multiply-shift), so capacities need not be powers of two.
+inline uint64_t home_slot(uint64_t mixed, uint64_t capacity) {
+  return ((mixed & 0xFFFFFFFFu) * capacity) >> 32;
+}
+
+enum Mode { kGeneric = 0, kSgdWidth1 = 1, kAdaGradWidth1 = 2 };
+
+}  // namespace
+
+// An array of trivially copyable T. From 64 KiB on it is its own anonymous
+// mapping, so freeing it (after a growth) returns the pages to the system at
+// once; from 2 MiB on it asks for transparent huge pages, which cut the TLB
+// misses of random probes into a large table.
+template <typename T>
+class MappedArray {
+ public:
+  MappedArray() = default;
+  explicit MappedArray(size_t count) {
+    bytes_ = std::max<size_t>(count * sizeof(T), sizeof(T));
+    if (bytes_ >= kMapThreshold) {
+      bytes_ = (bytes_ + kPage - 1) / kPage * kPage;
+      // Huge-page sized arrays start on a 2 MiB boundary (map 2 MiB more,
+      // unmap the ends), so transparent huge pages can back all of them.
+      const size_t align = bytes_ >= kHugeThreshold ? kHuge : kPage;
+      const size_t span = bytes_ + align - kPage;
+      void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      auto* base = static_cast<unsigned char*>(p);
+      auto* start = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(base) + align - 1) / align * align);
+      if (start > base) ::munmap(base, start - base);
+      if (base + span > start + bytes_) ::munmap(start + bytes_, base + span - (start + bytes_));
+      if (bytes_ >= kHugeThreshold) (void)::madvise(start, bytes_, MADV_HUGEPAGE);  // a hint; failure is fine
+      ptr_ = reinterpret_cast<T*>(start);
+      mapped_ = true;
+    } else {
+      ptr_ = static_cast<T*>(::operator new(bytes_, std::align_val_t{64}));
+    }
+  }
+  ~MappedArray() { release(); }
+  MappedArray(MappedArray&& o) noexcept { *this = std::move(o); }
+  MappedArray& operator=(MappedArray&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      mapped_ = std::exchange(o.mapped_, false);
+    }
+    return *this;
+  }
+  T* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  static constexpr size_t kPage = 4096, kHuge = 2 * 1024 * 1024, kMapThreshold = 64 * 1024,
+                          kHugeThreshold = 2 * 1024 * 1024;
+  void release() {
+    if (ptr_ == nullptr) return;
+    if (mapped_) {
+      ::munmap(ptr_, bytes_);
+    } else {
+      ::operator delete(ptr_, std::align_val_t{64});
+    }
+    ptr_ = nullptr;
+  }
+  T* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  bool mapped_ = false;
+};
+
+// One sub-shard. Invariants (under mu): capacity == 0 or keys/data hold
+// capacity slots; size < grow_at < capacity, so a probe always meets a free
+// slot; a key appears at most once; side_used says whether kEmptyKey itself
+// is a key (its floats in side).
+struct alignas(64) SparseTable::SubShard {
+  mutable std::mutex mu;
+  MappedArray<uint64_t> keys;
+  MappedArray<float> data;  // capacity x stride: value then state per slot
+  uint64_t capacity = 0;
+  uint64_t size = 0;     // keys in the arrays (not counting the side slot)
+  uint64_t grow_at = 0;  // the largest size allowed before a growth
+  bool side_used = false;
+  std::vector<float> side;
+};
+
+namespace {
+
+// Per-thread scratch for grouping a call's keys by sub-shard. Reused across
+// calls (and tables) so steady-state pushes do not allocate.
+struct Grouping {
+  std::vector<uint64_t> mixed;     // by input position
+  std::vector<uint16_t> shard;     // by input position
+  std::vector<uint32_t> offsets;   // sub-shard s owns sorted positions [offsets[s], offsets[s+1])
+  std::vector<uint32_t> cursor;
+  std::vector<uint32_t> order;     // sorted position -> input position
+  std::vector<uint64_t> sorted_mixed;
+  std::vector<uint64_t> sorted_keys;
+  std::vector<float> sorted_grads;  // width-1 pushes only
+
+  // Sorts by sub-shard (stable). With grads (width 1), gathers them too, so
+  // the per-sub-shard loops read keys, hashes and gradients sequentially.
+  void build(std::span<const uint64_t> keys, unsigned count, const float* grads = nullptr) {
+    if (keys.size() >= std::numeric_limits<uint32_t>::max()) {
+      throw std::length_error("SparseTable: " + std::to_string(keys.size()) + " keys in one call (at most 2^32 - 2)");
+    }
+    const size_t n = keys.size();
+    mixed.resize(n);
+    shard.resize(n);
+    order.resize(n);
+    sorted_mixed.resize(n);
+    sorted_keys.resize(n);
+    if (grads != nullptr) sorted_grads.resize(n);
+    offsets.assign(count + 1, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t m = mix64(keys[i]);
+      const unsigned s = sub_shard_of(m, count);
+      mixed[i] = m;
+      shard[i] = static_cast<uint16_t>(s);
+      ++offsets[s + 1];
+    }
+    for (unsigned s = 0; s < count; ++s) offsets[s + 1] += offsets[s];
+    cursor.assign(offsets.begin(), offsets.end() - 1);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t pos = cursor[shard[i]]++;
+      order[pos] = static_cast<uint32_t>(i);
+      sorted_mixed[pos] = mixed[i];
+      sorted_keys[pos] = keys[i];
+      if (grads != nullptr) sorted_grads[pos] = grads[i];
+    }
+  }
+};
+
+Grouping& thread_grouping() {
+  thread_local Grouping g;
+  return g;
+}
+
+}  // namespace
+
+SparseTable::SparseTable(const TableSchema& schema, unsigned sub_shards) : schema_(schema) {
+  schema_.validate();
+  const std::string who = "SparseTable (table " + std::to_string(schema_.id) + "): ";
+  if (schema_.kind != TableKind::kSparse) throw std::invalid_argument(who + "schema kind is not sparse");
+  if (sub_shards == 0 || sub_shards > kMaxSubShards) {
+    throw std::invalid_argument(who + "sub_shards = " + std::to_string(sub_shards) + " must be in [1, " +
+                                std::to_string(kMaxSubShards) + "]");
+  }
+  width_ = schema_.width;
+  state_floats_ = static_cast<uint32_t>(state_floats_per_key(schema_.updater.kind, width_));
+  stride_ = width_ + state_floats_;
+  sub_shard_count_ = sub_shards;
+  shards_ = std::make_unique<SubShard[]>(sub_shards);
+}
+
+SparseTable::~SparseTable() = default;
+
+uint64_t SparseTable::capacity_for(uint64_t keys) {
+  return std::max<uint64_t>(kMinCapacity, static_cast<uint64_t>(std::ceil(static_cast<double>(keys) / kTargetLoad)));
+}
+
+void SparseTable::grow_to(SubShard& s, uint64_t cap) {
+  cap = std::max(cap, s.capacity + 1);
+  if (cap > kMaxCapacity) {
+    throw std::length_error("SparseTable (table " + std::to_string(schema_.id) + "): a sub-shard would need " +
+                            std::to_string(cap) + " slots (at most 2^32); use more sub-shards");
+  }
+  MappedArray<uint64_t> keys(cap);
+  MappedArray<float> data(cap * stride_);
+  uint64_t* nk = keys.data();
+  float* nd = data.data();
+  std::fill(nk, nk + cap, kEmptyKey);
+  // Old slots in order: home_slot is monotonic in the hash, so the writes into
+  // the new arrays run nearly sequentially too.
+  const uint64_t* ok = s.keys.data();
+  const float* od = s.data.data();
+  for (uint64_t j = 0; j < s.capacity; ++j) {
+    const uint64_t key = ok[j];
+    if (key == kEmptyKey) continue;
+    uint64_t pos = home_slot(mix64(key), cap);
+    while (nk[pos] != kEmptyKey) {
+      if (++pos == cap) pos = 0;
+    }
+    nk[pos] = key;
+    const float* from = od + j * stride_;
+    float* to = nd + pos * stride_;
+    for (uint32_t c = 0; c < stride_; ++c) to[c] = from[c];
+  }
+  s.keys = std::move(keys);
+  s.data = std::move(data);
+  s.capacity = cap;
+  s.grow_at = std::min<uint64_t>(static_cast<uint64_t>(static_cast<double>(cap) * kMaxLoad), cap - 1);
+}
+
+template <int kMode>
+void SparseTable::push_sub_shard(SubShard& s, size_t begin, size_t count, const float* grads, PushResult& result) {
+  const Grouping& g = thread_grouping();
+  const uint64_t* mixed = g.sorted_mixed.data() + begin;
+  const uint64_t* keys = g.sorted_keys.data() + begin;
+  const uint32_t* order = g.order.data() + begin;
+  const float* grads1 = kMode == kGeneric ? nullptr : g.sorted_grads.data() + begin;
+  if (s.capacity == 0) grow_to(s, capacity_for(count));  // empty: count bounds the inserts
+  const UpdaterConfig& cfg = schema_.updater;
+  const updaters::Width1Params p(cfg);
+  const uint32_t W = kMode == kGeneric ? width_ : 1;
+  const uint32_t stride = kMode == kGeneric ? stride_ : (kMode == kSgdWidth1 ? 1 : 2);
+  // Width-1 inserts with the zero initializer are written here; otherwise
+  // through initialize_value / initialize_state.
+  const bool inline_init = kMode != kGeneric && schema_.init.kind == InitializerKind::kZeros;
+  const float initial_acc = cfg.adagrad_initial_accumulator;
+  size_t applied = 0, refused = 0, inserted = 0;
+
+  for (size_t j = 0; j < count; ++j) {
+    if (j + kAhead < count) {
+      const uint64_t ahead = home_slot(mixed[j + kAhead], s.capacity);
+      __builtin_prefetch(s.keys.data() + ahead, 1);
+      __builtin_prefetch(s.data.data() + ahead * stride, 1);
+    }
+    const uint64_t key = keys[j];
+    const float* grad = kMode == kGeneric ? grads + static_cast<size_t>(order[j]) * W : grads1 + j;
+    const bool finite = kMode == kGeneric ? all_finite(grad, W) : std::isfinite(*grad);
+    if (!finite) [[unlikely]] {
+      ++refused;
+      continue;
+    }
+    float* slot;
+    bool fresh = false;
+    if (key == kEmptyKey) [[unlikely]] {
+      if (!s.side_used) {
+        s.side.assign(stride_, 0.0f);
+        s.side_used = fresh = true;
+      }
+      slot = s.side.data();
+    } else {
+      uint64_t cap = s.capacity;
+      uint64_t* ks = s.keys.data();
+      uint64_t pos = home_slot(mixed[j], cap);
+      uint64_t k;
+      while ((k = ks[pos]) != key && k != kEmptyKey) {
+        if (++pos == cap) pos = 0;
+      }
+      if (k == kEmptyKey) {
+        if (s.size + 1 > s.grow_at) {
+          grow_to(s, capacity_for(s.size + 1));
+          cap = s.capacity;
+          ks = s.keys.data();
+          pos = home_slot(mixed[j], cap);
+          while (ks[pos] != kEmptyKey) {
+            if (++pos == cap) pos = 0;
+          }
+        }
+        ks[pos] = key;
+        ++s.size;
+        fresh = true;
+      }
+      slot = s.data.data() + pos * stride;
+    }
+    if (fresh) {
+      if (inline_init) {
+        slot[0] = 0.0f;
+        if constexpr (kMode == kAdaGradWidth1) slot[1] = initial_acc;
+      } else {
+        initialize_value(schema_.init, key, slot, W);
+        initialize_state(cfg, slot, slot + W, W);
+      }
+      ++inserted;
+    }
+    bool ok;
+    if constexpr (kMode == kSgdWidth1) {
+      ok = updaters::sgd_step_w1(p, slot, *grad);
+    } else if constexpr (kMode == kAdaGradWidth1) {
+      ok = updaters::adagrad_step_w1(p, slot, slot + 1, *grad);
+    } else {
+      ok = apply_update(cfg, slot, slot + W, grad, W) == UpdateStatus::kApplied;
+    }
+    if (ok) [[likely]] {
+      ++applied;
+    } else {
+      ++refused;
+    }
+  }
+  result.applied += applied;
+  result.refused_non_finite += refused;
+  result.inserted += inserted;
+}
+
+PushResult SparseTable::push(std::span<const uint64_t> keys, const float* grads) {
+  PushResult result;
+  if (keys.empty()) return result;
+  int mode = kGeneric;
+  if (width_ == 1 && schema_.updater.kind == UpdaterKind::kSgd) mode = kSgdWidth1;
+  if (width_ == 1 && schema_.updater.kind == UpdaterKind::kAdaGrad) mode = kAdaGradWidth1;
+  Grouping& g = thread_grouping();
+  g.build(keys, sub_shard_count_, mode == kGeneric ? nullptr : grads);
+  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
+    const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
+    if (begin == end) continue;
+    SubShard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    switch (mode) {
+      case kSgdWidth1: push_sub_shard<kSgdWidth1>(s, begin, end - begin, grads, result); break;
+      case kAdaGradWidth1: push_sub_shard<kAdaGradWidth1>(s, begin, end - begin, grads, result); break;
+      default: push_sub_shard<kGeneric>(s, begin, end - begin, grads, result); break;
+    }
+  }
+  return result;
+}
+
+void SparseTable::pull_sub_shard(const SubShard& s, size_t begin, size_t count, float* out) const {
+  const Grouping& g = thread_grouping();
+  const uint64_t* mixed = g.sorted_mixed.data() + begin;
+  const uint64_t* keys = g.sorted_keys.data() + begin;
+  const uint32_t* order = g.order.data() + begin;
+  const uint32_t W = width_, stride = stride_;
+  const uint64_t cap = s.capacity;
+  const uint64_t* ks = s.keys.data();
+  const float* data = s.data.data();
+  for (size_t j = 0; j < count; ++j) {
+    if (cap != 0 && j + kAhead < count) {
+      const uint64_t ahead = home_slot(mixed[j + kAhead], cap);
+      __builtin_prefetch(ks + ahead);
+      __builtin_prefetch(data + ahead * stride);
+    }
+    const uint64_t key = keys[j];
+    float* row = out + static_cast<size_t>(order[j]) * W;
+    const float* found = nullptr;
+    if (key == kEmptyKey) [[unlikely]] {
+      if (s.side_used) found = s.side.data();
+    } else if (cap != 0) {
+      uint64_t pos = home_slot(mixed[j], cap);
+      uint64_t k;
+      while ((k = ks[pos]) != key && k != kEmptyKey) {
+        if (++pos == cap) pos = 0;
+      }
+      if (k == key) found = data + pos * stride;
+    }
+    if (found != nullptr) {
+      if (W == 1) {
+        row[0] = found[0];
+      } else {
+        std::copy_n(found, W, row);
+      }
+    } else {
+      initialize_value(schema_.init, key, row, W);
+    }
+  }
+}
+
+void SparseTable::pull(std::span<const uint64_t> keys, float* out) const {
+  if (keys.empty()) return;
+  Grouping& g = thread_grouping();
+  g.build(keys, sub_shard_count_);
+  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
+    const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
+    if (begin == end) continue;
+    const SubShard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    pull_sub_shard(s, begin, end - begin, out);
+  }
+}
+
+size_t SparseTable::size() const {
+  size_t n = 0;
+  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
+    std::lock_guard<std::mutex> lock(shards_[sh].mu);
+    n += shards_[sh].size + (shards_[sh].side_used ? 1 : 0);
+  }
+  return n;
+}
+
+std::vector<size_t> SparseTable::sub_shard_sizes() const {
+  std::vector<size_t> sizes(sub_shard_count_);
+  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
+    std::lock_guard<std::mutex> lock(shards_[sh].mu);
+    sizes[sh] = shards_[sh].size + (shards_[sh].side_used ? 1 : 0);
+  }
+  return sizes;
+}
+
+size_t SparseTable::memory_bytes() const {
+  size_t bytes = sizeof(*this) + sub_shard_count_ * sizeof(SubShard);
+  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
+    const SubShard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.capacity != 0) bytes += s.keys.bytes() + s.data.bytes();
+    bytes += s.side.capacity() * sizeof(float);
+  }
+  return bytes;
+}
+
+void SparseTable::reserve(size_t keys) {
+  // Keys spread over the sub-shards binomially: allow four standard
+  // deviations above the mean in each, at the upper load.
+  const double mean = static_cast<double>(keys) / sub_shard_count_;
+  const auto per = static_cast<uint64_t>(std::ceil(mean + 4.0 * std::sqrt(mean)));
+  const auto cap = static_cast<uint64_t>(std::ceil(static_cast<double>(per) / kMaxLoad)) + 1;
+  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
+    SubShard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (per > s.grow_at) grow_to(s, cap);
+  }
+}
+
+void SparseTable::for_each(
+    const std::function<void(uint64_t key, const float* value, const float* state)>& visit) const {
+  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
+    const SubShard& s = shards_[sh];
+    std::lock_guard<std::mutex> lock(s.mu);
+    const uint64_t* ks = s.keys.data();
+    const float* data = s.data.data();
+    for (uint64_t j = 0; j < s.capacity; ++j) {
+      if (ks[j] != kEmptyKey) visit(ks[j], data + j * stride_, data + j * stride_ + width_);
+    }
+    if (s.side_used) visit(kEmptyKey, s.side.data(), s.side.data() + width_);
+  }
+}
+
+}  // namespace parafab::ps

@@ -1,0 +1,123 @@
+#include "ps/wire_format.h"
+
+#include <bit>
+#include <cstring>
+
+namespace parafab::ps {
+namespace {
+
+template <typename T>
+void put(std::byte* p, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<std::byte>(static_cast<uint64_t>(v) >> (8 * i));
+}
+template <typename T>
+T get(const std::byte* p) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return static_cast<T>(v);
+}
+
+bool known_op(uint8_t op) { return op >= static_cast<uint8_t>(Op::kPull) && op <= static_cast<uint8_t>(Op::kError); }
+
+}  // namespace
+
+const char* to_string(Op op) {
+  switch (op) {
+    case Op::kPull: return "pull";
+    case Op::kPullReply: return "pull reply";
+    case Op::kPush: return "push";
+    case Op::kPushReply: return "push reply";
+    case Op::kClock: return "clock";
+    case Op::kClockReply: return "clock reply";
+    case Op::kDensePull: return "dense pull";
+    case Op::kDensePullReply: return "dense pull reply";
+    case Op::kDensePush: return "dense push";
+    case Op::kDensePushReply: return "dense push reply";
+    case Op::kError: return "error";
+  }
+  return "unknown";
+}
+
+void encode_header(const WireHeader& h, std::byte* p) {
+  put<uint32_t>(p, kWireMagic);
+  put<uint16_t>(p + 4, kWireVersion);
+  put<uint8_t>(p + 6, static_cast<uint8_t>(h.op));
+  put<uint8_t>(p + 7, h.flags);
+  put<uint32_t>(p + 8, h.table);
+  put<uint32_t>(p + 12, h.sender);
+  put<uint64_t>(p + 16, static_cast<uint64_t>(h.clock));
+  put<uint64_t>(p + 24, h.request_id);
+  put<uint64_t>(p + 32, h.key_count);
+  put<uint64_t>(p + 40, h.payload_bytes);
+}
+
+std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> keys, std::span<const std::byte> payload) {
+  h.key_count = keys.size();
+  h.payload_bytes = payload.size();
+  std::vector<std::byte> out(kWireHeaderBytes + keys.size_bytes() + payload.size());
+  encode_header(h, out.data());
+  // Keys and floats are stored in host order: every supported host is
+  // little-endian (checked at compile time below), so this is the wire order.
+  static_assert(std::endian::native == std::endian::little, "parafab's wire format assumes a little-endian host");
+  if (!keys.empty()) std::memcpy(out.data() + kWireHeaderBytes, keys.data(), keys.size_bytes());
+  if (!payload.empty()) std::memcpy(out.data() + kWireHeaderBytes + keys.size_bytes(), payload.data(), payload.size());
+  return out;
+}
+
+std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> keys, std::span<const float> values) {
+  return encode_message(h, keys, std::as_bytes(values));
+}
+
+std::optional<std::string> decode_message(std::span<const std::byte> bytes, const WireLimits& limits,
+                                          DecodedMessage& out) {
+  if (bytes.size() < kWireHeaderBytes) {
+    return "message of " + std::to_string(bytes.size()) + " bytes is shorter than the " +
+           std::to_string(kWireHeaderBytes) + "-byte header";
+  }
+  const std::byte* p = bytes.data();
+  if (get<uint32_t>(p) != kWireMagic) return "bad magic";
+  if (const auto v = get<uint16_t>(p + 4); v != kWireVersion) {
+    return "wire version " + std::to_string(v) + ", this build speaks " + std::to_string(kWireVersion);
+  }
+  const auto op = get<uint8_t>(p + 6);
+  if (!known_op(op)) return "unknown op " + std::to_string(op);
+  WireHeader& h = out.header;
+  h.op = static_cast<Op>(op);
+  h.flags = get<uint8_t>(p + 7);
+  if (h.flags != kFlagNone) return "unknown flags " + std::to_string(h.flags);
+  h.table = get<uint32_t>(p + 8);
+  h.sender = get<uint32_t>(p + 12);
+  h.clock = static_cast<int64_t>(get<uint64_t>(p + 16));
+  h.request_id = get<uint64_t>(p + 24);
+  h.key_count = get<uint64_t>(p + 32);
+  h.payload_bytes = get<uint64_t>(p + 40);
+  if (h.key_count > limits.max_keys) {
+    return std::to_string(h.key_count) + " keys exceed the limit of " + std::to_string(limits.max_keys);
+  }
+  if (h.payload_bytes > limits.max_payload_bytes) {
+    return "payload of " + std::to_string(h.payload_bytes) + " bytes exceeds the limit of " +
+           std::to_string(limits.max_payload_bytes);
+  }
+  const uint64_t body = bytes.size() - kWireHeaderBytes;
+  // key_count <= max_keys < 2^61 and payload <= 2^62: no overflow below.
+  if (h.key_count * 8 + h.payload_bytes != body) {
+    return "header announces " + std::to_string(h.key_count) + " keys and " + std::to_string(h.payload_bytes) +
+           " payload bytes, but the message carries " + std::to_string(body) + " bytes after the header";
+  }
+  if (h.op != Op::kError && h.payload_bytes % sizeof(float) != 0) {
+    return "payload of " + std::to_string(h.payload_bytes) + " bytes is not a whole number of floats";
+  }
+  if (reinterpret_cast<uintptr_t>(p) % alignof(uint64_t) != 0) return "message buffer is not 8-byte aligned";
+  out.keys = {reinterpret_cast<const uint64_t*>(p + kWireHeaderBytes), static_cast<size_t>(h.key_count)};
+  const std::byte* payload = p + kWireHeaderBytes + h.key_count * 8;
+  out.values = {};
+  out.error_text.clear();
+  if (h.op == Op::kError) {
+    out.error_text.assign(reinterpret_cast<const char*>(payload), static_cast<size_t>(h.payload_bytes));
+  } else {
+    out.values = {reinterpret_cast<const float*>(payload), static_cast<size_t>(h.payload_bytes / sizeof(float))};
+  }
+  return std::nullopt;
+}
+
+}  // namespace parafab::ps

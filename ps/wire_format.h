@@ -1,0 +1,90 @@
+// The data plane's message format (DESIGN.md, "Wire format"): a fixed
+// 48-byte little-endian header, then `key_count` uint64 keys, then the
+// values (`payload_bytes`, floats for every op but kError, whose payload is
+// UTF-8 text). It rides as the payload of one rdma message; the rdma tag is
+// unused.
+//
+//   Header  magic u32 | version u16 | op u8 | flags u8 | table u32 | sender u32
+//           clock i64 | request id u64 | key count u64 | payload bytes u64
+//
+//   std::vector<std::byte> msg = ps::encode_message(h, keys, values);
+//   ps::DecodedMessage d;
+//   if (auto err = ps::decode_message(bytes, limits, d)) reply_error(*err);
+//
+// decode_message checks every field against the limits before it hands out
+// a pointer: a message it accepts can be read without further bounds checks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace parafab::ps {
+
+inline constexpr uint32_t kWireMagic = 0x564B4650;  // "PFKV"
+inline constexpr uint16_t kWireVersion = 1;
+inline constexpr size_t kWireHeaderBytes = 48;
+
+enum class Op : uint8_t {
+  kPull = 1,          // worker → server: keys; answered by kPullReply
+  kPullReply = 2,     // server → worker: values of the keys, in key order
+  kPush = 3,          // worker → server: keys + gradients (width floats each)
+  kPushReply = 4,     // server → worker: the push was applied (no payload)
+  kClock = 5,         // worker → server: the worker finished iteration `clock - 1`
+  kClockReply = 6,
+  kDensePull = 7,     // keys = {first_row, rows}; answered by kDensePullReply
+  kDensePullReply = 8,
+  kDensePush = 9,     // keys = {first_row, rows} + rows*width gradients
+  kDensePushReply = 10,
+  kError = 11,        // server → worker: the request `request_id` failed; payload is text
+};
+const char* to_string(Op op);
+
+// Flag bits.
+inline constexpr uint8_t kFlagNone = 0;
+
+struct WireHeader {
+  Op op = Op::kPull;
+  uint8_t flags = 0;
+  uint32_t table = 0;
+  uint32_t sender = 0;      // the sender's rank, checked against the transport's peer id
+  int64_t clock = 0;        // the sender's clock when it sent this
+  uint64_t request_id = 0;  // chosen by the requester, echoed in replies
+  uint64_t key_count = 0;
+  uint64_t payload_bytes = 0;
+};
+
+// What the receiver accepts.
+struct WireLimits {
+  uint64_t max_keys = uint64_t{1} << 32;
+  uint64_t max_payload_bytes = uint64_t{1} << 36;
+};
+
+struct DecodedMessage {
+  WireHeader header;
+  std::span<const uint64_t> keys;   // aligned copies are not needed: see decode
+  std::span<const float> values;    // empty for kError
+  std::string error_text;           // kError only
+};
+
+// Encodes header + keys + payload bytes (header.key_count and payload_bytes
+// are set from the spans).
+std::vector<std::byte> encode_message(WireHeader header, std::span<const uint64_t> keys,
+                                      std::span<const std::byte> payload);
+std::vector<std::byte> encode_message(WireHeader header, std::span<const uint64_t> keys,
+                                      std::span<const float> values);
+// Writes the header alone into out[0, kWireHeaderBytes) (scatter-gather sends).
+void encode_header(const WireHeader& header, std::byte* out);
+
+// Validates `bytes` and fills `out` (spans into `bytes`, which must be
+// 8-byte aligned: rdma::Message buffers are). Returns nullopt when the
+// message is well formed, else what is wrong. Checks: length, magic,
+// version, op, flags, and that key and payload sizes add up exactly. The
+// caller checks sender, table and widths against its cluster map.
+std::optional<std::string> decode_message(std::span<const std::byte> bytes, const WireLimits& limits,
+                                          DecodedMessage& out);
+
+}  // namespace parafab::ps

@@ -1,0 +1,260 @@
+// Servers and workers as threads of one process over real libfabric on
+// loopback (both providers): sums of pushes, pulls, dense ranges, the SSP
+// bound, and bad messages.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "ps/server.h"
+#include "ps/wire_format.h"
+#include "rdma/endpoint.h"
+#include "worker/kv_client.h"
+
+namespace parafab::ps {
+namespace {
+
+using worker::KvClient;
+
+// S servers, W workers, endpoints meshed, servers serving on threads.
+class Job {
+ public:
+  // The last `raw_workers` workers get no KvClient: tests speak bytes on their endpoints.
+  Job(const std::string& provider, uint32_t servers, uint32_t workers, std::vector<TableSchema> tables,
+      ConsistencyModel model = {}, uint32_t raw_workers = 0) {
+    rdma::EndpointOptions o;
+    o.provider = provider;
+    o.timeout = std::chrono::seconds(20);
+    const uint32_t n = servers + workers;
+    for (uint32_t i = 0; i < n; ++i) eps_.push_back(std::make_unique<rdma::Endpoint>(o));
+    map_.tables = std::move(tables);
+    for (uint32_t i = 0; i < n; ++i) {
+      NodeInfo node;
+      node.role = i < servers ? Role::kServer : Role::kWorker;
+      node.rank = i;
+      node.role_rank = i < servers ? i : i - servers;
+      node.fabric_address = eps_[i]->address();
+      (i < servers ? map_.servers : map_.workers).push_back(node);
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      for (uint32_t j = 0; j < n; ++j) {
+        if (i != j) eps_[i]->add_peer(j, eps_[j]->address());
+      }
+    }
+    ServerOptions so;
+    so.consistency = model;
+    so.poll = std::chrono::milliseconds(5);
+    for (uint32_t s = 0; s < servers; ++s) servers_.push_back(std::make_unique<Server>(*eps_[s], map_, s, so));
+    for (uint32_t w = 0; w + raw_workers < workers; ++w) clients_.push_back(std::make_unique<KvClient>(*eps_[servers + w], map_, w));
+  }
+  void start() {
+    for (auto& s : servers_) threads_.emplace_back([this, srv = s.get()] { srv->serve(stop_); });
+  }
+  ~Job() {
+    clients_.clear();
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+  KvClient& worker(uint32_t w) { return *clients_[w]; }
+  Server& server(uint32_t s) { return *servers_[s]; }
+  rdma::Endpoint& endpoint(uint32_t rank) { return *eps_[rank]; }
+  const ClusterMap& map() const { return map_; }
+
+ private:
+  std::vector<std::unique_ptr<rdma::Endpoint>> eps_;
+  ClusterMap map_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::unique_ptr<KvClient>> clients_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+TableSchema sgd_table(uint32_t id, uint32_t width, TableKind kind = TableKind::kSparse, uint64_t rows = 0) {
+  TableSchema t;
+  t.id = id;
+  t.kind = kind;
+  t.width = width;
+  t.rows = rows;
+  t.updater.kind = UpdaterKind::kSgd;
+  t.updater.learning_rate = 1.0f;  // w -= g: values are minus the sum of pushes, exactly (small integers)
+  return t;
+}
+
+class PsLoopback : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsLoopback, PushesFromAllWorkersSumExactlyAndPullsReturnThem) {
+  constexpr uint32_t kServers = 2, kWorkers = 3, kWidth = 3;
+  Job job(GetParam(), kServers, kWorkers, {sgd_table(5, kWidth)});
+  job.start();
+  // Each worker pushes integer gradients for overlapping random keys, with
+  // duplicates inside a push; the reference sums in int64.
+  std::map<uint64_t, std::vector<int64_t>> ref;
+  std::vector<std::vector<uint64_t>> keys(kWorkers);
+  std::vector<std::vector<float>> grads(kWorkers);
+  std::mt19937_64 rng(11);
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    for (int i = 0; i < 3000; ++i) {
+      const uint64_t k = rng() % 2000 * 0x9e3779b97f4a7c15ULL;  // spread, some repeats
+      keys[w].push_back(k);
+      auto& r = ref[k];
+      r.resize(kWidth, 0);
+      for (uint32_t c = 0; c < kWidth; ++c) {
+        const int g = static_cast<int>(rng() % 7) - 3;
+        grads[w].push_back(static_cast<float>(g));
+        r[c] += g;
+      }
+    }
+  }
+  std::vector<std::thread> pushers;
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    pushers.emplace_back([&, w] {
+      const rdma::Status s = job.worker(w).push(5, keys[w], grads[w]).get();
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    });
+  }
+  for (auto& t : pushers) t.join();
+  std::vector<uint64_t> all;
+  for (auto& [k, v] : ref) all.push_back(k);
+  all.push_back(all.front());  // a duplicate in the pull
+  all.push_back(123456789);    // never pushed: the initial value, 0
+  std::vector<float> got(all.size() * kWidth, -999.0f);
+  const rdma::Status s = job.worker(1).pull(5, all, got.data()).get();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t i = 0; i + 1 < all.size(); ++i) {
+    const auto& r = ref[all[i]];
+    for (uint32_t c = 0; c < kWidth; ++c) ASSERT_EQ(got[i * kWidth + c], static_cast<float>(-r[c])) << "key " << all[i];
+  }
+  for (uint32_t c = 0; c < kWidth; ++c) EXPECT_EQ(got[(all.size() - 1) * kWidth + c], 0.0f);
+  // The keys spread over both servers.
+  EXPECT_GT(job.server(0).sparse_table(5)->size(), 100u);
+  EXPECT_GT(job.server(1).sparse_table(5)->size(), 100u);
+  EXPECT_EQ(job.server(0).sparse_table(5)->size() + job.server(1).sparse_table(5)->size(), ref.size());
+  EXPECT_EQ(job.server(0).stats().bad_messages + job.server(1).stats().bad_messages, 0u);
+}
+
+TEST_P(PsLoopback, DenseRangesSpanningBothServers) {
+  constexpr uint64_t kRows = 1001;
+  constexpr uint32_t kWidth = 4;
+  Job job(GetParam(), 2, 2, {sgd_table(1, kWidth, TableKind::kDense, kRows)});
+  job.start();
+  std::vector<float> g(300 * kWidth);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 13);
+  ASSERT_TRUE(job.worker(0).dense_push(1, 400, 300, g).get().ok());  // rows 400..699 cross the split at 500
+  ASSERT_TRUE(job.worker(1).dense_push(1, 400, 300, g).get().ok());
+  std::vector<float> out(kRows * kWidth, 7.0f);
+  ASSERT_TRUE(job.worker(0).dense_pull(1, 0, kRows, out.data()).get().ok());
+  for (uint64_t r = 0; r < kRows; ++r) {
+    for (uint32_t c = 0; c < kWidth; ++c) {
+      const float want = (r >= 400 && r < 700) ? -2.0f * g[(r - 400) * kWidth + c] : 0.0f;
+      ASSERT_EQ(out[r * kWidth + c], want) << "row " << r;
+    }
+  }
+  const rdma::Status bad = job.worker(0).dense_pull(1, 1000, 2, out.data()).get();
+  EXPECT_EQ(bad.code(), rdma::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, PsLoopback, ::testing::Values("tcp;ofi_rxm", "shm"),
+                         [](const auto& info) { return info.param == "shm" ? std::string("shm") : std::string("tcp_rxm"); });
+
+// Under SSP(s) no pull at clock c is answered before min clock >= c - s, as
+// the servers themselves saw it; a slow worker blocks the fast ones without
+// failing them.
+void run_ssp(int64_t s, const char* model) {
+  constexpr uint32_t kWorkers = 3, kIters = 12;
+  Job job("tcp;ofi_rxm", 2, kWorkers, {sgd_table(0, 1)}, ConsistencyModel::parse(model));
+  std::mutex mu;
+  std::vector<std::tuple<uint32_t, int64_t, int64_t>> answered;
+  for (uint32_t srv = 0; srv < 2; ++srv) {
+    job.server(srv).on_pull_answered = [&](uint32_t w, int64_t c, int64_t min) {
+      std::lock_guard lock(mu);
+      answered.emplace_back(w, c, min);
+    };
+  }
+  job.start();
+  std::vector<std::thread> workers;
+  std::atomic<int> failures{0};
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      const std::vector<uint64_t> keys = {1, 2, 3, 4, 5, 6, 7, 8};
+      std::vector<float> vals(keys.size());
+      const std::vector<float> g(keys.size(), 1.0f);
+      for (uint32_t it = 0; it < kIters; ++it) {
+        if (!job.worker(w).pull(0, keys, vals.data()).get().ok()) ++failures;
+        // Worker 0 is the straggler: it computes longer (not a synchronization).
+        if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(15));
+        if (!job.worker(w).push(0, keys, g).get().ok()) ++failures;
+        if (!job.worker(w).clock().get().ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(answered.size(), size_t{kWorkers} * kIters * 2);  // one pull per server per iteration
+  int64_t max_ahead = 0;
+  for (auto [w, c, min] : answered) {
+    EXPECT_GE(min, c - s) << "worker " << w << " pulled at clock " << c << " with the minimum at " << min;
+    max_ahead = std::max(max_ahead, c - min);
+  }
+  // The fast workers did run ahead as far as the bound lets them (not further).
+  EXPECT_EQ(max_ahead, s);
+}
+
+TEST(PsConsistency, SspBoundHoldsFromTheServersOwnRecord) { run_ssp(2, "ssp:2"); }
+TEST(PsConsistency, ZeroStalenessIsBsp) { run_ssp(0, "bsp"); }
+
+TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10)}, {}, /*raw_workers=*/1);
+  job.start();
+  rdma::Endpoint& rogue = job.endpoint(2);  // worker 1's endpoint, speaking raw bytes
+  auto send_raw = [&](std::vector<std::byte> bytes) {
+    ASSERT_TRUE(rogue.send(0, 0, bytes.data(), bytes.size()).get().ok());
+  };
+  const uint64_t key = 42;
+  const std::vector<float> two = {1, 2};
+  WireHeader h{.op = Op::kPush, .table = 0, .sender = 2, .request_id = 77};
+  std::vector<std::vector<std::byte>> bad;
+  bad.push_back(std::vector<std::byte>(10));                                     // too short
+  bad.push_back(encode_message(WireHeader{.op = Op::kPush, .table = 9, .sender = 2}, {&key, 1}, two));  // no table
+  bad.push_back(encode_message(WireHeader{.op = Op::kPush, .table = 0, .sender = 1}, {&key, 1}, two));  // lies about sender
+  bad.push_back(encode_message(h, {&key, 1}, std::span<const float>(two.data(), 1)));  // wrong width
+  bad.push_back(encode_message(WireHeader{.op = Op::kPullReply, .sender = 2}, {}, std::span<const float>()));  // not a request
+  bad.push_back(encode_message(WireHeader{.op = Op::kDensePull, .table = 1, .sender = 2},
+                               std::vector<uint64_t>{8, 5}, std::span<const float>()));  // rows out of range
+  bad.push_back(encode_message(WireHeader{.op = Op::kPull, .table = 1, .sender = 2}, {&key, 1},
+                               std::span<const float>()));  // sparse op on a dense table
+  auto garbage = encode_message(h, {&key, 1}, two);
+  garbage[0] = std::byte{0};
+  bad.push_back(garbage);  // bad magic
+  for (auto& b : bad) send_raw(b);
+  size_t errors = 0;
+  while (errors < bad.size()) {
+    auto m = rogue.receive(std::chrono::seconds(10));
+    ASSERT_TRUE(m) << "only " << errors << " error replies";
+    DecodedMessage d;
+    ASSERT_FALSE(decode_message(m->data, WireLimits{}, d));
+    EXPECT_EQ(d.header.op, Op::kError);
+    EXPECT_FALSE(d.error_text.empty());
+    ++errors;
+  }
+  EXPECT_EQ(job.server(0).stats().bad_messages, bad.size());
+  // The other worker is served as before.
+  const std::vector<uint64_t> keys = {1, 2};
+  const std::vector<float> g = {1, 1, 1, 1};
+  ASSERT_TRUE(job.worker(0).push(0, keys, g).get().ok());
+  std::vector<float> out(4);
+  ASSERT_TRUE(job.worker(0).pull(0, keys, out.data()).get().ok());
+  EXPECT_EQ(out, (std::vector<float>{-1, -1, -1, -1}));
+  // Non-finite gradients are refused by the updater, and counted.
+  const std::vector<float> nan = {std::numeric_limits<float>::quiet_NaN(), 1};
+  ASSERT_TRUE(job.worker(0).push(0, std::vector<uint64_t>{3}, nan).get().ok());
+  ASSERT_TRUE(job.worker(0).pull(0, std::vector<uint64_t>{3}, out.data()).get().ok());
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(job.server(0).stats().refused_non_finite, 1u);
+}
+
+}  // namespace
+}  // namespace parafab::ps

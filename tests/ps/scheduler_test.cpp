@@ -1,0 +1,408 @@
+// The scheduler and its clients, all as threads of this process over real
+// TCP on 127.0.0.1: joining, the cluster map, barriers, heartbeats and
+// death notices, shutdown, and refusals (bad token, another job, join
+// timeout). Every wait is bounded.
+#include "ps/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "ps/scheduler_client.h"
+
+namespace parafab::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kWait = 20s;  // generous bound for anything that should happen at once
+
+std::vector<std::byte> random_blob(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> b(n);
+  for (auto& x : b) x = static_cast<std::byte>(rng());
+  return b;
+}
+
+// Two tables with every field set away from its default, so a dropped field shows.
+std::vector<TableSchema> test_tables() {
+  TableSchema sparse;
+  sparse.id = 7;
+  sparse.kind = TableKind::kSparse;
+  sparse.width = 3;
+  sparse.init = {.kind = InitializerKind::kNormal, .stddev = 0.125f, .seed = 0x1234567890abcdefull};
+  sparse.updater.kind = UpdaterKind::kFtrl;
+  sparse.updater.learning_rate = 0.0625f;
+  sparse.updater.adagrad_epsilon = 3e-7f;
+  sparse.updater.adagrad_initial_accumulator = 0.25f;
+  sparse.updater.ftrl_alpha = 0.2f;
+  sparse.updater.ftrl_beta = 1.5f;
+  sparse.updater.ftrl_l1 = 0.75f;
+  sparse.updater.ftrl_l2 = 2.5f;
+  sparse.updater.adam_beta1 = 0.8f;
+  sparse.updater.adam_beta2 = 0.99f;
+  sparse.updater.adam_epsilon = 2e-8f;
+  TableSchema dense;
+  dense.id = 11;
+  dense.kind = TableKind::kDense;
+  dense.width = 16;
+  dense.rows = 123457;
+  dense.updater.kind = UpdaterKind::kAdam;
+  dense.updater.learning_rate = 0.001f;
+  dense.updater.l2 = 0.03f;
+  return {sparse, dense};
+}
+
+void expect_same(const TableSchema& a, const TableSchema& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.width, b.width);
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.init.kind, b.init.kind);
+  EXPECT_EQ(a.init.stddev, b.init.stddev);
+  EXPECT_EQ(a.init.seed, b.init.seed);
+  const UpdaterConfig &x = a.updater, &y = b.updater;
+  EXPECT_EQ(x.kind, y.kind);
+  EXPECT_EQ(x.learning_rate, y.learning_rate);
+  EXPECT_EQ(x.l1, y.l1);
+  EXPECT_EQ(x.l2, y.l2);
+  EXPECT_EQ(x.adagrad_epsilon, y.adagrad_epsilon);
+  EXPECT_EQ(x.adagrad_initial_accumulator, y.adagrad_initial_accumulator);
+  EXPECT_EQ(x.ftrl_alpha, y.ftrl_alpha);
+  EXPECT_EQ(x.ftrl_beta, y.ftrl_beta);
+  EXPECT_EQ(x.ftrl_l1, y.ftrl_l1);
+  EXPECT_EQ(x.ftrl_l2, y.ftrl_l2);
+  EXPECT_EQ(x.adam_beta1, y.adam_beta1);
+  EXPECT_EQ(x.adam_beta2, y.adam_beta2);
+  EXPECT_EQ(x.adam_epsilon, y.adam_epsilon);
+}
+
+SchedulerOptions scheduler_options(uint32_t servers, uint32_t workers, const std::string& token) {
+  SchedulerOptions o;
+  o.num_servers = servers;
+  o.num_workers = workers;
+  o.token = JobToken(token);
+  o.tables = test_tables();
+  o.join_timeout = 30s;
+  o.heartbeat_timeout = 10s;
+  return o;
+}
+
+// A scheduler running on its own thread; the destructor stops it and waits.
+class RunningScheduler {
+ public:
+  explicit RunningScheduler(SchedulerOptions o) : scheduler_(std::move(o)) {
+    result_ = std::async(std::launch::async, [this] { scheduler_.run(); });
+  }
+  ~RunningScheduler() {
+    scheduler_.stop();
+    if (result_.valid()) result_.wait_for(kWait);
+  }
+  Scheduler& operator*() { return scheduler_; }
+  Scheduler* operator->() { return &scheduler_; }
+  // Waits for run() to return; rethrows what it threw.
+  void finish() {
+    ASSERT_EQ(result_.wait_for(kWait), std::future_status::ready) << "scheduler run() did not return";
+    result_.get();
+  }
+  std::future<void>& result() { return result_; }
+
+ private:
+  Scheduler scheduler_;
+  std::future<void> result_;
+};
+
+SchedulerClientOptions client_options(uint16_t port, const std::string& token, Role role, uint32_t index,
+                                      uint64_t seed) {
+  SchedulerClientOptions o;
+  o.port = port;
+  o.token = JobToken(token);
+  o.role = role;
+  o.host_name = std::string(to_string(role)) + "-host-" + std::to_string(index);
+  // Distinct lengths and bytes per node: any mix-up of addresses shows.
+  o.fabric_address = random_blob(16 + 3 * index + (role == Role::kWorker ? 1 : 0), seed);
+  o.heartbeat_interval = 100ms;
+  o.connect_timeout = 5s;
+  return o;
+}
+
+TEST(SchedulerTest, FullJobJoinsGetsOneMapAndShutsDownInOrder) {
+  constexpr uint32_t S = 2, W = 3;
+  RunningScheduler sched(scheduler_options(S, W, "job-secret-a"));
+  const uint16_t port = sched->port();
+
+  struct Node {
+    SchedulerClientOptions options;
+    std::unique_ptr<SchedulerClient> client;
+    ClusterMap map;
+  };
+  std::vector<Node> nodes;
+  for (uint32_t i = 0; i < S + W; ++i) {
+    const Role role = i < S ? Role::kServer : Role::kWorker;
+    Node n;
+    n.options = client_options(port, "job-secret-a", role, i, 1000 + i);
+    n.client = std::make_unique<SchedulerClient>(n.options);
+    nodes.push_back(std::move(n));
+  }
+  std::vector<std::future<void>> joins;
+  for (Node& n : nodes) {
+    joins.push_back(std::async(std::launch::async, [&n] {
+      n.map = n.client->join(kWait);
+      n.client->barrier("after-join", kWait);
+      if (n.options.role == Role::kWorker) n.client->done();
+      ASSERT_TRUE(n.client->wait_for_shutdown(kWait));
+    }));
+  }
+  for (auto& j : joins) {
+    ASSERT_EQ(j.wait_for(kWait * 2), std::future_status::ready);
+    j.get();
+  }
+  sched.finish();
+
+  std::set<uint32_t> ranks;
+  const ClusterMap& m0 = nodes[0].map;
+  EXPECT_EQ(m0.job_id, sched->job_id());
+  ASSERT_EQ(m0.num_servers(), S);
+  ASSERT_EQ(m0.num_workers(), W);
+  for (const Node& n : nodes) {
+    const uint32_t r = n.client->rank();
+    ranks.insert(r);
+    if (n.options.role == Role::kServer) {
+      EXPECT_LT(r, S);
+      EXPECT_EQ(n.client->role_rank(), r);
+    } else {
+      EXPECT_GE(r, S);
+      EXPECT_LT(r, S + W);
+      EXPECT_EQ(n.client->role_rank(), r - S);
+    }
+    // Everybody has the same map, and it lists this node at its rank with its address.
+    EXPECT_EQ(n.map.job_id, m0.job_id);
+    ASSERT_EQ(n.map.servers.size(), S);
+    ASSERT_EQ(n.map.workers.size(), W);
+    const auto& same_role = n.options.role == Role::kServer ? n.map.servers : n.map.workers;
+    const NodeInfo& me = same_role[n.client->role_rank()];
+    EXPECT_EQ(me.rank, r);
+    EXPECT_EQ(me.host, n.options.host_name);
+    EXPECT_EQ(me.fabric_address, n.options.fabric_address);
+    for (uint32_t k = 0; k < S + W; ++k) {
+      const NodeInfo& a = k < S ? n.map.servers[k] : n.map.workers[k - S];
+      const NodeInfo& b = k < S ? m0.servers[k] : m0.workers[k - S];
+      EXPECT_EQ(a.rank, k);
+      EXPECT_EQ(a.rank, b.rank);
+      EXPECT_EQ(a.role, b.role);
+      EXPECT_EQ(a.host, b.host);
+      EXPECT_EQ(a.fabric_address, b.fabric_address);
+    }
+    const std::vector<TableSchema> want = test_tables();
+    ASSERT_EQ(n.map.tables.size(), want.size());
+    for (size_t t = 0; t < want.size(); ++t) expect_same(n.map.tables[t], want[t]);
+    EXPECT_EQ(n.client->shutdown_reason(), "all workers done");
+    EXPECT_TRUE(n.client->dead_ranks().empty());
+  }
+  EXPECT_EQ(ranks.size(), S + W);
+  EXPECT_EQ(sched->stats().joined, S + W);
+  EXPECT_EQ(sched->stats().dead_nodes, 0u);
+}
+
+// Joins n clients concurrently (join blocks until all have joined).
+std::vector<std::unique_ptr<SchedulerClient>> join_all(std::vector<SchedulerClientOptions> options) {
+  std::vector<std::unique_ptr<SchedulerClient>> clients;
+  for (auto& o : options) clients.push_back(std::make_unique<SchedulerClient>(std::move(o)));
+  std::vector<std::future<void>> joins;
+  for (auto& c : clients) joins.push_back(std::async(std::launch::async, [&c] { c->join(kWait); }));
+  for (auto& j : joins) {
+    EXPECT_EQ(j.wait_for(kWait * 2), std::future_status::ready);
+    j.get();
+  }
+  return clients;
+}
+
+TEST(SchedulerTest, BarrierReleasesOnlyAfterAllArrive) {
+  RunningScheduler sched(scheduler_options(1, 2, "tok"));
+  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1),
+                           client_options(sched->port(), "tok", Role::kWorker, 1, 2),
+                           client_options(sched->port(), "tok", Role::kWorker, 2, 3)});
+  auto a = std::async(std::launch::async, [&] { clients[0]->barrier("b", kWait); });
+  auto b = std::async(std::launch::async, [&] { clients[1]->barrier("b", kWait); });
+  // Two of three have arrived: neither may be released (a bounded check of absence).
+  EXPECT_EQ(a.wait_for(300ms), std::future_status::timeout);
+  EXPECT_EQ(b.wait_for(0ms), std::future_status::timeout);
+  clients[2]->barrier("b", kWait);
+  ASSERT_EQ(a.wait_for(kWait), std::future_status::ready);
+  ASSERT_EQ(b.wait_for(kWait), std::future_status::ready);
+  a.get();
+  b.get();
+  // The same name again is a new barrier, and a lone caller times out with its name.
+  try {
+    clients[0]->barrier("lonely", 200ms);
+    FAIL() << "barrier released with one of three nodes";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'lonely'"), std::string::npos) << e.what();
+  }
+  std::vector<std::future<void>> again;
+  for (auto& c : clients) again.push_back(std::async(std::launch::async, [&c] { c->barrier("b", kWait); }));
+  for (auto& f : again) {
+    ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
+    f.get();
+  }
+}
+
+TEST(SchedulerTest, JoinTimeoutNamesTheMissingRoleAndCount) {
+  SchedulerOptions o = scheduler_options(2, 1, "tok");
+  o.join_timeout = 700ms;
+  RunningScheduler sched(std::move(o));
+  SchedulerClient server(client_options(sched->port(), "tok", Role::kServer, 0, 1));
+  SchedulerClient worker(client_options(sched->port(), "tok", Role::kWorker, 0, 2));
+  auto s = std::async(std::launch::async, [&] { server.join(kWait); });
+  auto w = std::async(std::launch::async, [&] { worker.join(kWait); });
+  for (auto* f : {&s, &w}) {
+    ASSERT_EQ(f->wait_for(kWait), std::future_status::ready);
+    try {
+      f->get();
+      FAIL() << "join succeeded with a server missing";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("join timeout"), std::string::npos) << what;
+      EXPECT_NE(what.find("missing 1 of 2 servers and 0 of 1 workers"), std::string::npos) << what;
+      EXPECT_NE(what.find("127.0.0.1:"), std::string::npos) << what;  // names the scheduler
+    }
+  }
+  ASSERT_EQ(sched.result().wait_for(kWait), std::future_status::ready);
+  try {
+    sched.result().get();
+    FAIL() << "run() returned normally after a join timeout";
+  } catch (const SchedulerError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("missing 1 of 2 servers"), std::string::npos) << what;
+    EXPECT_NE(what.find("server 0 on server-host-0"), std::string::npos) << what;
+  }
+}
+
+TEST(SchedulerTest, BadTokenIsRefusedAndGoodNodesAreStillServed) {
+  RunningScheduler sched(scheduler_options(1, 1, "right-token"));
+  SchedulerClient intruder(client_options(sched->port(), "wrong-token", Role::kWorker, 9, 99));
+  try {
+    intruder.join(kWait);
+    FAIL() << "joined with a wrong token";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad token"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(sched->stats().auth_failures, 1u);
+  auto clients = join_all({client_options(sched->port(), "right-token", Role::kServer, 0, 1),
+                           client_options(sched->port(), "right-token", Role::kWorker, 0, 2)});
+  EXPECT_EQ(clients[1]->rank(), 1u);  // the refused worker took no slot
+  clients[1]->done();
+  EXPECT_TRUE(clients[0]->wait_for_shutdown(kWait));
+  sched.finish();
+  EXPECT_EQ(sched->stats().joined, 2u);
+}
+
+TEST(SchedulerTest, NodesOfAnotherJobCannotJoin) {
+  RunningScheduler a(scheduler_options(1, 1, "token-of-job-a"));
+  RunningScheduler b(scheduler_options(1, 1, "token-of-job-b"));
+  EXPECT_NE(a->job_id(), b->job_id());
+  // Job b's worker dialling job a's port, and the other way round.
+  SchedulerClient b_in_a(client_options(a->port(), "token-of-job-b", Role::kWorker, 0, 5));
+  SchedulerClient a_in_b(client_options(b->port(), "token-of-job-a", Role::kServer, 0, 6));
+  for (SchedulerClient* c : {&b_in_a, &a_in_b}) {
+    try {
+      c->join(kWait);
+      FAIL() << "a node of another job joined";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("token"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(a->stats().auth_failures, 1u);
+  EXPECT_EQ(b->stats().auth_failures, 1u);
+  EXPECT_EQ(a->stats().joined, 0u);
+  EXPECT_EQ(b->stats().joined, 0u);
+}
+
+TEST(SchedulerTest, SilentNodeIsReportedDeadToTheOthers) {
+  SchedulerOptions o = scheduler_options(1, 2, "tok");
+  o.heartbeat_timeout = 1500ms;
+  RunningScheduler sched(std::move(o));
+  std::promise<std::pair<uint32_t, std::string>> seen_by_server, seen_by_worker;
+  auto server_o = client_options(sched->port(), "tok", Role::kServer, 0, 1);
+  server_o.on_node_dead = [&](const NodeInfo& n, const std::string& why) { seen_by_server.set_value({n.rank, why}); };
+  auto worker_o = client_options(sched->port(), "tok", Role::kWorker, 0, 2);
+  worker_o.on_node_dead = [&](const NodeInfo& n, const std::string& why) { seen_by_worker.set_value({n.rank, why}); };
+  auto silent_o = client_options(sched->port(), "tok", Role::kWorker, 1, 3);
+  silent_o.heartbeat_interval = 0ms;  // the test seam: never heartbeats
+  auto clients = join_all({server_o, worker_o, silent_o});
+  const uint32_t silent_rank = clients[2]->rank();
+
+  auto f1 = seen_by_server.get_future(), f2 = seen_by_worker.get_future();
+  ASSERT_EQ(f1.wait_for(kWait), std::future_status::ready);
+  ASSERT_EQ(f2.wait_for(kWait), std::future_status::ready);
+  const auto [rank1, why1] = f1.get();
+  EXPECT_EQ(rank1, silent_rank);
+  EXPECT_NE(why1.find("no heartbeat"), std::string::npos) << why1;
+  EXPECT_EQ(f2.get().first, silent_rank);
+  EXPECT_EQ(clients[0]->dead_ranks(), std::vector<uint32_t>{silent_rank});
+  EXPECT_EQ(sched->stats().dead_nodes, 1u);
+
+  // The live worker finishing ends the job: the dead one no longer counts.
+  clients[1]->done();
+  EXPECT_TRUE(clients[0]->wait_for_shutdown(kWait));
+  EXPECT_NE(clients[0]->shutdown_reason().find("1 of 2 dead"), std::string::npos) << clients[0]->shutdown_reason();
+  sched.finish();
+}
+
+TEST(SchedulerTest, ClosedConnectionCountsAsDeathAndUnblocksBarriers) {
+  RunningScheduler sched(scheduler_options(1, 2, "tok"));
+  std::promise<uint32_t> seen;
+  auto server_o = client_options(sched->port(), "tok", Role::kServer, 0, 1);
+  server_o.on_node_dead = [&](const NodeInfo& n, const std::string&) { seen.set_value(n.rank); };
+  auto clients = join_all({server_o, client_options(sched->port(), "tok", Role::kWorker, 0, 2),
+                           client_options(sched->port(), "tok", Role::kWorker, 1, 3)});
+  const uint32_t gone = clients[2]->rank();
+  auto a = std::async(std::launch::async, [&] { clients[0]->barrier("x", kWait); });
+  auto b = std::async(std::launch::async, [&] { clients[1]->barrier("x", kWait); });
+  EXPECT_EQ(a.wait_for(200ms), std::future_status::timeout);  // worker 1 has not arrived
+  clients[2].reset();  // worker 1 goes away without a word
+  auto f = seen.get_future();
+  ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
+  EXPECT_EQ(f.get(), gone);
+  // The barrier no longer waits for the dead node.
+  ASSERT_EQ(a.wait_for(kWait), std::future_status::ready);
+  ASSERT_EQ(b.wait_for(kWait), std::future_status::ready);
+  a.get();
+  b.get();
+  clients[1]->done();
+  EXPECT_TRUE(clients[0]->wait_for_shutdown(kWait));
+  EXPECT_TRUE(clients[1]->wait_for_shutdown(kWait));
+  sched.finish();
+}
+
+TEST(SchedulerTest, StopBroadcastsShutdown) {
+  RunningScheduler sched(scheduler_options(1, 1, "tok"));
+  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1),
+                           client_options(sched->port(), "tok", Role::kWorker, 0, 2)});
+  sched->stop();
+  EXPECT_TRUE(clients[0]->wait_for_shutdown(kWait));
+  EXPECT_EQ(clients[1]->wait_for_shutdown(kWait), true);
+  EXPECT_EQ(clients[0]->shutdown_reason(), "scheduler stopped");
+  sched.finish();
+}
+
+TEST(SchedulerTest, ConnectFailureNamesTheSchedulerAddress) {
+  uint16_t port = 0;
+  {
+    Scheduler gone(scheduler_options(1, 1, "tok"));
+    port = gone.port();
+  }  // closed: nobody listens there now
+  SchedulerClient c(client_options(port, "tok", Role::kWorker, 0, 1));
+  try {
+    c.join(kWait);
+    FAIL() << "joined a scheduler that is not there";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace parafab::ps

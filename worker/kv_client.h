@@ -1,0 +1,90 @@
+// The worker's side of the parameter server: asynchronous push, pull and
+// clock against all servers of the cluster map, each returning a future.
+//
+//   worker::KvClient kv(endpoint, cluster_map, worker_index);
+//   auto next = kv.pull(0, next_keys, next_values.data());   // pull-ahead
+//   ... compute on the current batch ...
+//   rdma::Status s = kv.push(0, keys, grads).get();
+//   s = kv.clock().get();                                    // iteration done
+//
+// A request is split by the key partition into one message per server, sent
+// concurrently, and its future is ready when every server has answered (or
+// with the first error: a server's error reply names what was wrong, a
+// lost server gives a timeout). Duplicate keys are merged before a push
+// (gradients summed) and fetched once in a pull. Every request carries the
+// worker's clock: under SSP a server holds a pull until the slowest worker
+// is close enough. One thread of the client reads the endpoint's messages;
+// the endpoint carries nothing else.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/cluster_map.h"
+#include "ps/wire_format.h"
+#include "rdma/endpoint.h"
+
+namespace parafab::worker {
+
+struct KvClientOptions {
+  // A request not answered by every server within this time fails.
+  std::chrono::milliseconds timeout{60000};
+};
+
+struct KvClientStats {
+  uint64_t push_bytes = 0, pull_bytes = 0;  // payload sent and received
+  uint64_t requests = 0, errors = 0, unexpected_replies = 0;
+};
+
+class KvClient {
+ public:
+  KvClient(rdma::Endpoint& endpoint, const ps::ClusterMap& map, uint32_t worker_index, KvClientOptions options = {});
+  ~KvClient();
+  KvClient(const KvClient&) = delete;
+  KvClient& operator=(const KvClient&) = delete;
+
+  // keys.size() * width gradients; the spans are copied before return.
+  std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys, std::span<const float> grads);
+  // Writes keys.size() * width floats to `out`, which must stay valid until the future is ready.
+  std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out);
+  std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows, std::span<const float> grads);
+  std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out);
+  // Finishes this worker's current iteration: ticks its clock on every server.
+  std::future<rdma::Status> clock();
+
+  int64_t current_clock() const { return clock_.load(); }
+  uint32_t rank() const { return map_.worker_rank(worker_index_); }
+  KvClientStats stats() const;
+
+ private:
+  struct Pending;
+  std::future<rdma::Status> start(std::unique_ptr<Pending> p);
+  void receive_loop();
+  void on_reply(const rdma::Message& m);
+  void sweep();
+  void fail(uint64_t id, rdma::Status s);
+
+  rdma::Endpoint& endpoint_;
+  const ps::ClusterMap& map_;
+  uint32_t worker_index_;
+  KvClientOptions options_;
+  std::atomic<int64_t> clock_{0};
+  std::atomic<uint64_t> next_request_{1};
+
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
+  KvClientStats stats_;
+
+  std::atomic<bool> stop_{false};
+  std::thread receiver_;
+};
+
+}  // namespace parafab::worker

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <deque>
 
+#include "worker/key_dedup.h"
+
 namespace parafab::worker {
 namespace {
 
@@ -30,6 +32,7 @@ struct KvClient::Pending {
   std::unordered_map<uint32_t, std::vector<std::byte>> messages;
   std::unordered_map<uint32_t, bool> answered;
   size_t remaining = 0;
+  bool posting = true;  // start() is still sending: only it may finish the request
   std::vector<std::future<rdma::Status>> sends;
   // Pulls: server rank -> output row of each key it was asked for, in order.
   std::unordered_map<uint32_t, std::vector<uint32_t>> rows;
@@ -87,9 +90,70 @@ std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p) {
     ++stats_.requests;
     pending_.emplace(raw->id, std::move(p));
   }
-  // After registration: a reply can arrive before send() returns.
-  for (auto& [server, bytes] : raw->messages) raw->sends.push_back(endpoint_.send(server, 0, bytes.data(), bytes.size()));
+  // Registered first, since a reply can arrive before send() returns; but
+  // while `posting` nobody else finishes or frees the request.
+  std::vector<std::future<rdma::Status>> sends;
+  for (auto& [server, bytes] : raw->messages) sends.push_back(endpoint_.send(server, 0, bytes.data(), bytes.size()));
+  std::unique_ptr<Pending> done;
+  {
+    std::lock_guard lock(mu_);
+    raw->sends = std::move(sends);
+    raw->posting = false;
+    if (raw->remaining == 0) {
+      done = std::move(pending_.at(raw->id));
+      pending_.erase(raw->id);
+    }
+  }
+  if (done) finish(std::move(done));
   return fut;
+}
+
+void KvClient::finish(std::unique_ptr<Pending> done) {
+  if (done->error.ok() && done->out != nullptr) {
+    for (auto [row, copy] : done->duplicates) {
+      std::memcpy(done->out + uint64_t{copy} * done->width, done->out + uint64_t{row} * done->width,
+                  done->width * sizeof(float));
+    }
+  }
+  // The sends completed before their replies could arrive, but collect
+  // their status (and keep the buffers until then).
+  for (auto& f : done->sends) {
+    if (!f.valid()) continue;  // sweep() already collected it
+    const rdma::Status s = endpoint_.wait(f);
+    if (!s.ok() && done->error.ok()) done->error = s;
+  }
+  done->promise.set_value(done->error);
+}
+
+// Builds one message per server straight from the caller's arrays: the
+// keys (and values) are written once, into the buffers the transport sends.
+struct KvClient::Split {
+  std::vector<uint32_t> first;               // positions of first occurrences, in order
+  std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (position, its first occurrence)
+  std::vector<uint32_t> server;              // per entry of `first`
+  std::vector<uint64_t> count;               // keys per server
+};
+
+KvClient::Split KvClient::split(std::span<const uint64_t> keys) const {
+  Split sp;
+  KeyDedup dedup(keys.size());
+  sp.first.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto [first, fresh] = dedup.insert(keys[i], static_cast<uint32_t>(i));
+    if (fresh) {
+      sp.first.push_back(static_cast<uint32_t>(i));
+    } else {
+      sp.duplicates.emplace_back(static_cast<uint32_t>(i), first);
+    }
+  }
+  const ps::KeyPartition part = map_.partition();
+  sp.server.resize(sp.first.size());
+  sp.count.assign(map_.num_servers(), 0);
+  for (size_t j = 0; j < sp.first.size(); ++j) {
+    sp.server[j] = part.server_of(keys[sp.first[j]]);
+    ++sp.count[sp.server[j]];
+  }
+  return sp;
 }
 
 std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_t> keys, std::span<const float> grads) {
@@ -101,45 +165,43 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
                   "push of " + std::to_string(keys.size()) + " keys of width " + std::to_string(w) + " needs " +
                       std::to_string(keys.size() * w) + " gradients, got " + std::to_string(grads.size())});
   }
-  // Merge duplicates (sum), then split by server.
-  std::unordered_map<uint64_t, uint32_t> slot;
-  slot.reserve(keys.size() * 2);
-  std::vector<uint64_t> ukeys;
-  std::vector<float> ugrads;
-  ukeys.reserve(keys.size());
-  ugrads.reserve(grads.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, fresh] = slot.try_emplace(keys[i], static_cast<uint32_t>(ukeys.size()));
-    if (fresh) {
-      ukeys.push_back(keys[i]);
-      ugrads.insert(ugrads.end(), grads.begin() + i * w, grads.begin() + (i + 1) * w);
-    } else {
-      for (uint64_t c = 0; c < w; ++c) ugrads[it->second * w + c] += grads[i * w + c];
+  const Split sp = split(keys);
+  // Duplicates: their gradients are summed into the first occurrence's.
+  const float* g = grads.data();
+  std::vector<float> summed;
+  if (!sp.duplicates.empty()) {
+    summed.assign(grads.begin(), grads.end());
+    for (auto [i, first] : sp.duplicates) {
+      for (uint64_t c = 0; c < w; ++c) summed[first * w + c] += grads[i * w + c];
     }
-  }
-  const ps::KeyPartition part = map_.partition();
-  std::vector<std::vector<uint64_t>> skeys(map_.num_servers());
-  std::vector<std::vector<float>> sgrads(map_.num_servers());
-  for (size_t i = 0; i < ukeys.size(); ++i) {
-    const uint32_t s = part.server_of(ukeys[i]);
-    skeys[s].push_back(ukeys[i]);
-    sgrads[s].insert(sgrads[s].end(), ugrads.begin() + i * w, ugrads.begin() + (i + 1) * w);
+    g = summed.data();
   }
   auto p = std::make_unique<Pending>();
   p->request_op = ps::Op::kPush;
   p->reply_op = ps::Op::kPushReply;
   p->table = table;
   p->width = w;
-  uint64_t bytes = 0;
+  std::vector<std::byte*> key_at(map_.num_servers(), nullptr), value_at(map_.num_servers(), nullptr);
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
-    if (skeys[s].empty()) continue;
-    ps::WireHeader h{.op = ps::Op::kPush, .table = table, .sender = rank(), .clock = clock_.load()};
-    p->messages[map_.server_rank(s)] = ps::encode_message(h, skeys[s], sgrads[s]);
-    bytes += sgrads[s].size() * sizeof(float);
+    if (sp.count[s] == 0) continue;
+    ps::WireHeader h{.op = ps::Op::kPush, .table = table, .sender = rank(), .clock = clock_.load(),
+                     .key_count = sp.count[s], .payload_bytes = sp.count[s] * w * sizeof(float)};
+    auto& bytes = p->messages[map_.server_rank(s)];
+    bytes.resize(ps::kWireHeaderBytes + sp.count[s] * 8 + h.payload_bytes);
+    ps::encode_header(h, bytes.data());
+    key_at[s] = bytes.data() + ps::kWireHeaderBytes;
+    value_at[s] = key_at[s] + sp.count[s] * 8;
+  }
+  for (size_t j = 0; j < sp.first.size(); ++j) {
+    const uint32_t s = sp.server[j], i = sp.first[j];
+    std::memcpy(key_at[s], &keys[i], 8);
+    key_at[s] += 8;
+    std::memcpy(value_at[s], g + uint64_t{i} * w, w * sizeof(float));
+    value_at[s] += w * sizeof(float);
   }
   {
     std::lock_guard lock(mu_);
-    stats_.push_bytes += bytes;
+    stats_.push_bytes += sp.first.size() * w * sizeof(float);
   }
   return start(std::move(p));
 }
@@ -147,30 +209,31 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
 std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_t> keys, float* out) {
   const ps::TableSchema& schema = map_.table(table);
   if (schema.kind != ps::TableKind::kSparse) return ready({rdma::StatusCode::kInvalidArgument, "pull from a dense table: use dense_pull"});
+  const Split sp = split(keys);
   auto p = std::make_unique<Pending>();
   p->request_op = ps::Op::kPull;
   p->reply_op = ps::Op::kPullReply;
   p->table = table;
   p->width = schema.width;
   p->out = out;
-  const ps::KeyPartition part = map_.partition();
-  std::unordered_map<uint64_t, uint32_t> first_row;
-  first_row.reserve(keys.size() * 2);
-  std::vector<std::vector<uint64_t>> skeys(map_.num_servers());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, fresh] = first_row.try_emplace(keys[i], static_cast<uint32_t>(i));
-    if (!fresh) {
-      p->duplicates.emplace_back(it->second, static_cast<uint32_t>(i));
-      continue;
-    }
-    const uint32_t s = part.server_of(keys[i]);
-    skeys[s].push_back(keys[i]);
-    p->rows[map_.server_rank(s)].push_back(static_cast<uint32_t>(i));
-  }
+  p->duplicates.reserve(sp.duplicates.size());
+  for (auto [i, first] : sp.duplicates) p->duplicates.emplace_back(first, i);
+  std::vector<std::byte*> key_at(map_.num_servers(), nullptr);
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
-    if (skeys[s].empty()) continue;
-    ps::WireHeader h{.op = ps::Op::kPull, .table = table, .sender = rank(), .clock = clock_.load()};
-    p->messages[map_.server_rank(s)] = ps::encode_message(h, skeys[s], std::span<const std::byte>());
+    if (sp.count[s] == 0) continue;
+    ps::WireHeader h{.op = ps::Op::kPull, .table = table, .sender = rank(), .clock = clock_.load(),
+                     .key_count = sp.count[s]};
+    auto& bytes = p->messages[map_.server_rank(s)];
+    bytes.resize(ps::kWireHeaderBytes + sp.count[s] * 8);
+    ps::encode_header(h, bytes.data());
+    key_at[s] = bytes.data() + ps::kWireHeaderBytes;
+    p->rows[map_.server_rank(s)].reserve(sp.count[s]);
+  }
+  for (size_t j = 0; j < sp.first.size(); ++j) {
+    const uint32_t s = sp.server[j], i = sp.first[j];
+    std::memcpy(key_at[s], &keys[i], 8);
+    key_at[s] += 8;
+    p->rows[map_.server_rank(s)].push_back(i);
   }
   return start(std::move(p));
 }
@@ -294,27 +357,12 @@ void KvClient::on_reply(const rdma::Message& m) {
         stats_.pull_bytes += d.values.size_bytes();
       }
     }
-    if (p.remaining == 0) {
+    if (p.remaining == 0 && !p.posting) {
       done = std::move(it->second);
       pending_.erase(it);
     }
   }
-  if (done) {
-    if (done->error.ok() && done->out != nullptr) {
-      for (auto [row, copy] : done->duplicates) {
-        std::memcpy(done->out + uint64_t{copy} * done->width, done->out + uint64_t{row} * done->width,
-                    done->width * sizeof(float));
-      }
-    }
-    // The sends completed before their replies could arrive, but collect
-    // their status (and keep the buffers until then).
-    for (auto& f : done->sends) {
-      if (!f.valid()) continue;  // sweep() already collected it
-      const rdma::Status s = endpoint_.wait(f);
-      if (!s.ok() && done->error.ok()) done->error = s;
-    }
-    done->promise.set_value(done->error);
-  }
+  if (done) finish(std::move(done));
 }
 
 void KvClient::sweep() {
@@ -324,6 +372,10 @@ void KvClient::sweep() {
     std::lock_guard lock(mu_);
     for (auto it = pending_.begin(); it != pending_.end();) {
       Pending& p = *it->second;
+      if (p.posting) {  // start() still owns it
+        ++it;
+        continue;
+      }
       // A send that failed will never be answered.
       for (auto& f : p.sends) {
         if (f.valid() && f.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {

@@ -66,7 +66,10 @@ class KvClient {
 
  private:
   struct Pending;
+  struct Split;
+  Split split(std::span<const uint64_t> keys) const;
   std::future<rdma::Status> start(std::unique_ptr<Pending> p);
+  void finish(std::unique_ptr<Pending> done);
   void receive_loop();
   void on_reply(const rdma::Message& m);
   void sweep();

@@ -6,7 +6,8 @@ namespace parafab::ps {
 namespace {
 
 bool is_request(Op op) {
-  return op == Op::kPull || op == Op::kPush || op == Op::kClock || op == Op::kDensePull || op == Op::kDensePush;
+  return op == Op::kPull || op == Op::kPush || op == Op::kClock || op == Op::kDensePull || op == Op::kDensePush ||
+         op == Op::kDenseRegion;
 }
 
 }  // namespace
@@ -24,7 +25,15 @@ Server::Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_
       sparse_[t.id] = std::make_unique<SparseTable>(t);
     } else {
       const RowRange rows = dense_rows_of(t.rows, server_index, map.num_servers());
-      if (rows.begin < rows.end) dense_[t.id] = std::make_unique<DenseTable>(t, rows.begin, rows.end);
+      if (rows.begin < rows.end) {
+        auto table = std::make_unique<DenseTable>(t, rows.begin, rows.end);
+        if (endpoint.supports_rma()) {
+          // Workers read it one-sided (read-only: pushes go through this thread).
+          dense_regions_[t.id] = endpoint.register_memory(const_cast<void*>(table->region()), table->region_bytes(),
+                                                          rdma::kRemoteRead);
+        }
+        dense_[t.id] = std::move(table);
+      }
     }
   }
 }
@@ -104,8 +113,16 @@ std::string Server::check_request(const rdma::Message& message, const DecodedMes
     }
     return "";
   }
-  // Dense: keys = {first_row, rows}.
   if (schema->kind != TableKind::kDense) return "table " + std::to_string(h.table) + " is sparse: use pull/push";
+  if (h.op == Op::kDenseRegion) {
+    if (h.key_count != 0 || h.payload_bytes != 0) return "dense region request with keys or values";
+    if (dense_regions_.count(h.table) == 0) {
+      return "table " + std::to_string(h.table) + " has no one-sided region on server " + std::to_string(index_) +
+             (endpoint_.supports_rma() ? " (no rows here)" : " (provider without FI_RMA)");
+    }
+    return "";
+  }
+  // Dense: keys = {first_row, rows}.
   if (h.key_count != 2) return "dense request needs 2 keys (first row, rows), not " + std::to_string(h.key_count);
   const uint64_t first = d.keys[0], rows = d.keys[1];
   const RowRange mine = dense_rows_of(schema->rows, index_, map_.num_servers());
@@ -139,6 +156,25 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       stats_.keys_pushed += d.keys[1];
       stats_.refused_non_finite += r.refused_non_finite;
       reply_header(message.from, h, Op::kDensePushReply);
+      return;
+    }
+    case Op::kDenseRegion: {
+      const DenseTable& t = *dense_.at(h.table);
+      const rdma::RemoteKey key = dense_regions_.at(h.table).remote_key();
+      uint64_t k[kRegionKeyCount];
+      k[kRegionBeginRow] = t.begin_row();
+      k[kRegionEndRow] = t.end_row();
+      k[kRegionAddress] = key.address;
+      k[kRegionKey] = key.key;
+      k[kRegionLength] = key.length;
+      k[kRegionValuesOffset] = static_cast<uint64_t>(reinterpret_cast<const std::byte*>(t.values()) -
+                                                     static_cast<const std::byte*>(t.region()));
+      WireHeader r;
+      r.op = Op::kDenseRegionReply;
+      r.table = h.table;
+      r.sender = map_.server_rank(index_);
+      r.request_id = h.request_id;
+      reply(message.from, encode_message(r, k, std::span<const std::byte>()));
       return;
     }
     case Op::kPull:

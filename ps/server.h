@@ -96,6 +96,8 @@ class Server {
   KeyRange range_;
   std::map<uint32_t, std::unique_ptr<SparseTable>> sparse_;
   std::map<uint32_t, std::unique_ptr<DenseTable>> dense_;
+  // Dense shards registered for one-sided reads (providers with FI_RMA).
+  std::map<uint32_t, rdma::MemoryRegion> dense_regions_;
   ClockTable clocks_;
   std::deque<Parked> parked_;
   // Replies in flight: the transport reads their bytes until the send completes.

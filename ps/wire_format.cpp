@@ -17,7 +17,7 @@ T get(const std::byte* p) {
   return static_cast<T>(v);
 }
 
-bool known_op(uint8_t op) { return op >= static_cast<uint8_t>(Op::kPull) && op <= static_cast<uint8_t>(Op::kError); }
+bool known_op(uint8_t op) { return op >= static_cast<uint8_t>(Op::kPull) && op <= static_cast<uint8_t>(Op::kDenseRegionReply); }
 
 }  // namespace
 
@@ -34,6 +34,8 @@ const char* to_string(Op op) {
     case Op::kDensePush: return "dense push";
     case Op::kDensePushReply: return "dense push reply";
     case Op::kError: return "error";
+    case Op::kDenseRegion: return "dense region";
+    case Op::kDenseRegionReply: return "dense region reply";
   }
   return "unknown";
 }

@@ -40,6 +40,15 @@ enum class Op : uint8_t {
   kDensePush = 9,     // keys = {first_row, rows} + rows*width gradients
   kDensePushReply = 10,
   kError = 11,        // server → worker: the request `request_id` failed; payload is text
+  kDenseRegion = 12,  // worker → server: where is this table's shard for one-sided reads?
+  kDenseRegionReply = 13,  // keys = DenseRegionKeys (see below), no payload
+};
+
+// The keys of a kDenseRegionReply: the shard's rows and the registered
+// region (rdma::RemoteKey fields) holding a seqlock version word at byte 0
+// and the rows' values from byte `values_offset`.
+enum DenseRegionKeys : size_t {
+  kRegionBeginRow, kRegionEndRow, kRegionAddress, kRegionKey, kRegionLength, kRegionValuesOffset, kRegionKeyCount
 };
 const char* to_string(Op op);
 

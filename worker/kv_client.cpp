@@ -39,6 +39,8 @@ struct KvClient::Pending {
   std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (row, copy of row)
   float* out = nullptr;
   uint64_t pull_bytes = 0;
+  std::vector<uint64_t> reply_keys;  // kDenseRegionReply
+  std::shared_ptr<std::vector<uint64_t>> reply_keys_out;  // where finish() hands them
 };
 
 KvClient::KvClient(rdma::Endpoint& endpoint, const ps::ClusterMap& map, uint32_t worker_index,
@@ -70,7 +72,8 @@ KvClientStats KvClient::stats() const {
 
 // Sends every message of `p` and registers it for replies. Sends are waited
 // on by the receive loop (their buffers live in `p` until then).
-std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p) {
+std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p, std::shared_ptr<std::vector<uint64_t>> reply_keys) {
+  p->reply_keys_out = std::move(reply_keys);
   p->id = next_request_.fetch_add(1);
   p->deadline = Clock::now() + options_.timeout;
   p->remaining = p->messages.size();
@@ -109,6 +112,7 @@ std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p) {
 }
 
 void KvClient::finish(std::unique_ptr<Pending> done) {
+  if (done->reply_keys_out) *done->reply_keys_out = std::move(done->reply_keys);
   if (done->error.ok() && done->out != nullptr) {
     for (auto [row, copy] : done->duplicates) {
       std::memcpy(done->out + uint64_t{copy} * done->width, done->out + uint64_t{row} * done->width,
@@ -305,6 +309,89 @@ std::future<rdma::Status> KvClient::clock() {
   return start(std::move(p));
 }
 
+rdma::Status KvClient::dense_region(uint32_t table, uint32_t server, DenseRegion& out) {
+  {
+    std::lock_guard lock(regions_mu_);
+    if (auto it = regions_.find({table, server}); it != regions_.end()) {
+      out = it->second;
+      return {};
+    }
+  }
+  auto p = std::make_unique<Pending>();
+  p->request_op = ps::Op::kDenseRegion;
+  p->reply_op = ps::Op::kDenseRegionReply;
+  p->table = table;
+  ps::WireHeader h{.op = ps::Op::kDenseRegion, .table = table, .sender = rank(), .clock = clock_.load()};
+  p->messages[server] = ps::encode_message(h, {}, std::span<const std::byte>());
+  // finish() hands the reply's keys over through a shared slot before it
+  // sets the promise.
+  auto keys = std::make_shared<std::vector<uint64_t>>();
+  std::future<rdma::Status> f = start(std::move(p), keys);
+  const rdma::Status s = f.get();
+  if (!s.ok()) return s;
+  if (keys->size() != ps::kRegionKeyCount) {
+    return rdma::Status(rdma::StatusCode::kPeerError, "server " + std::to_string(server) + " sent a region of " +
+                                                          std::to_string(keys->size()) + " fields");
+  }
+  out.begin_row = (*keys)[ps::kRegionBeginRow];
+  out.end_row = (*keys)[ps::kRegionEndRow];
+  out.values_offset = (*keys)[ps::kRegionValuesOffset];
+  out.key = rdma::RemoteKey{(*keys)[ps::kRegionAddress], (*keys)[ps::kRegionKey], (*keys)[ps::kRegionLength]};
+  std::lock_guard lock(regions_mu_);
+  regions_[{table, server}] = out;
+  return {};
+}
+
+rdma::Status KvClient::dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out) {
+  const ps::TableSchema& schema = map_.table(table);
+  if (schema.kind != ps::TableKind::kDense) return {rdma::StatusCode::kInvalidArgument, "dense_read of a sparse table"};
+  if (first_row > schema.rows || rows > schema.rows - first_row) {
+    return {rdma::StatusCode::kInvalidArgument, "dense_read of rows [" + std::to_string(first_row) + ", +" +
+                                                    std::to_string(rows) + ") on a table of " +
+                                                    std::to_string(schema.rows) + " rows"};
+  }
+  if (!endpoint_.supports_rma()) {
+    return {rdma::StatusCode::kUnsupported, "dense_read: provider '" + endpoint_.provider().provider + "' has no FI_RMA"};
+  }
+  const uint64_t row_bytes = uint64_t{schema.width} * sizeof(float);
+  for (uint32_t s = 0; s < map_.num_servers(); ++s) {
+    const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
+    const uint64_t b = std::max(r.begin, first_row), e = std::min(r.end, first_row + rows);
+    if (b >= e) continue;
+    DenseRegion region;
+    if (rdma::Status st = dense_region(table, map_.server_rank(s), region); !st.ok()) return st;
+    if (b < region.begin_row || e > region.end_row) {
+      return {rdma::StatusCode::kPeerError, "server " + std::to_string(s) + " holds rows [" +
+                                                std::to_string(region.begin_row) + ", " +
+                                                std::to_string(region.end_row) + "), not the map's"};
+    }
+    float* dst = out + (b - first_row) * schema.width;
+    const uint64_t offset = region.values_offset + (b - region.begin_row) * row_bytes;
+    // Seqlock read: version, values, version; keep the values only if the
+    // version was even and did not move (DenseTable's pairing, done as three
+    // RMA reads each completed before the next starts).
+    for (int attempt = 0;; ++attempt) {
+      alignas(8) uint64_t v1 = 0, v2 = 0;
+      auto f1 = endpoint_.read(map_.server_rank(s), &v1, sizeof v1, region.key, 0);
+      if (rdma::Status st = endpoint_.wait(f1); !st.ok()) return st;
+      if ((v1 & 1) == 0) {
+        auto f2 = endpoint_.read(map_.server_rank(s), dst, (e - b) * row_bytes, region.key, offset);
+        if (rdma::Status st = endpoint_.wait(f2); !st.ok()) return st;
+        auto f3 = endpoint_.read(map_.server_rank(s), &v2, sizeof v2, region.key, 0);
+        if (rdma::Status st = endpoint_.wait(f3); !st.ok()) return st;
+        if (v1 == v2) break;
+      }
+      dense_read_retries_.fetch_add(1);
+      if (attempt >= 10000) {
+        return {rdma::StatusCode::kTimedOut, "dense_read: server " + std::to_string(s) +
+                                                 "'s shard kept changing during 10000 read attempts"};
+      }
+      std::this_thread::yield();
+    }
+  }
+  return {};
+}
+
 void KvClient::receive_loop() {
   auto next_sweep = Clock::now();
   while (!stop_) {
@@ -342,6 +429,8 @@ void KvClient::on_reply(const rdma::Message& m) {
       if (p.error.ok()) p.error = rdma::Status(rdma::StatusCode::kInvalidArgument, who + ": " + d.error_text);
     } else if (d.header.op != p.reply_op) {
       if (p.error.ok()) p.error = rdma::Status(rdma::StatusCode::kPeerError, who + " answered with op " + ps::to_string(d.header.op));
+    } else if (d.header.op == ps::Op::kDenseRegionReply) {
+      p.reply_keys.assign(d.keys.begin(), d.keys.end());
     } else if (p.out != nullptr) {
       const auto& rows = p.rows[m.from];
       if (d.values.size() != rows.size() * p.width) {

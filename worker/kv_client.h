@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -57,18 +58,28 @@ class KvClient {
   std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out);
   std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows, std::span<const float> grads);
   std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out);
+  // One-sided read of dense rows straight from the servers' registered
+  // shards (providers with FI_RMA), no server CPU involved. Each shard is
+  // read as version, rows, version, and read again while a push was running
+  // (odd or changed version): a torn read is never returned. It sees the
+  // latest values, so it does not wait for the SSP bound as dense_pull
+  // does: use it under ASP, or after a barrier. Blocking.
+  rdma::Status dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out);
   // Finishes this worker's current iteration: ticks its clock on every server.
   std::future<rdma::Status> clock();
 
   int64_t current_clock() const { return clock_.load(); }
   uint32_t rank() const { return map_.worker_rank(worker_index_); }
   KvClientStats stats() const;
+  // Attempts of dense_read that met a concurrent push and were retried.
+  uint64_t dense_read_retries() const { return dense_read_retries_.load(); }
 
  private:
   struct Pending;
   struct Split;
   Split split(std::span<const uint64_t> keys) const;
-  std::future<rdma::Status> start(std::unique_ptr<Pending> p);
+  std::future<rdma::Status> start(std::unique_ptr<Pending> p,
+                                  std::shared_ptr<std::vector<uint64_t>> reply_keys = nullptr);
   void finish(std::unique_ptr<Pending> done);
   void receive_loop();
   void on_reply(const rdma::Message& m);
@@ -85,6 +96,15 @@ class KvClient {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
   KvClientStats stats_;
+
+  struct DenseRegion {
+    uint64_t begin_row = 0, end_row = 0, values_offset = 0;
+    rdma::RemoteKey key;
+  };
+  rdma::Status dense_region(uint32_t table, uint32_t server, DenseRegion& out);
+  std::mutex regions_mu_;
+  std::map<std::pair<uint32_t, uint32_t>, DenseRegion> regions_;  // (table, server rank)
+  std::atomic<uint64_t> dense_read_retries_{0};
 
   std::atomic<bool> stop_{false};
   std::thread receiver_;

@@ -156,6 +156,47 @@ TEST_P(PsLoopback, DenseRangesSpanningBothServers) {
   EXPECT_EQ(bad.code(), rdma::StatusCode::kInvalidArgument);
 }
 
+TEST_P(PsLoopback, OneSidedDenseReadsAreNeverTorn) {
+  constexpr uint64_t kRows = 64;
+  constexpr uint32_t kWidth = 256;  // 64 KiB per server shard
+  Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)});
+  job.start();
+  std::vector<float> out(kRows * kWidth);
+  const rdma::Status first = job.worker(0).dense_read(2, 0, kRows, out.data());
+  if (first.code() == rdma::StatusCode::kUnsupported) GTEST_SKIP() << first.to_string();
+  ASSERT_TRUE(first.ok()) << first.to_string();
+  for (float v : out) ASSERT_EQ(v, 0.0f);
+  // Worker 1 keeps adding 1 to every value; each push is atomic per server
+  // shard, so a consistent read sees one value across each shard's rows.
+  std::atomic<bool> stop{false};
+  std::thread pusher([&] {
+    const std::vector<float> ones(kRows * kWidth, -1.0f);  // SGD lr 1: value += 1
+    while (!stop) ASSERT_TRUE(job.worker(1).dense_push(2, 0, kRows, ones).get().ok());
+  });
+  int reads = 0;
+  for (; reads < 200; ++reads) {
+    const rdma::Status s = job.worker(0).dense_read(2, 0, kRows, out.data());
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    for (uint32_t server = 0; server < 2; ++server) {
+      const RowRange r = dense_rows_of(kRows, server, 2);
+      const float v = out[r.begin * kWidth];
+      for (uint64_t i = r.begin * kWidth; i < r.end * kWidth; ++i) {
+        ASSERT_EQ(out[i], v) << "torn read of server " << server << "'s shard at float " << i;
+      }
+    }
+  }
+  stop = true;
+  pusher.join();
+  // At rest, the one-sided read equals the message pull.
+  std::vector<float> pulled(kRows * kWidth);
+  ASSERT_TRUE(job.worker(0).dense_pull(2, 0, kRows, pulled.data()).get().ok());
+  ASSERT_TRUE(job.worker(0).dense_read(2, 0, kRows, out.data()).ok());
+  EXPECT_EQ(out, pulled);
+  EXPECT_GT(pulled[0], 0.0f);
+  std::printf("one-sided reads retried %llu times during %d reads under pushes\n",
+              static_cast<unsigned long long>(job.worker(0).dense_read_retries()), reads);
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, PsLoopback, ::testing::Values("tcp;ofi_rxm", "shm"),
                          [](const auto& info) { return info.param == "shm" ? std::string("shm") : std::string("tcp_rxm"); });
 

@@ -48,7 +48,7 @@ void Endpoint::Impl::release_slots(size_t n) {
 Status Endpoint::Impl::post(Operation* op, const std::function<ssize_t(void* ctx)>& fn, Clock::time_point deadline) {
   if (!acquire_slot(deadline)) {
     std::lock_guard lock(mu_);
-    return Status(StatusCode::kTimedOut, op->what + " to " + describe_peer_locked(op->peer) +
+    return Status(StatusCode::kTimedOut, op->describe() + " to " + describe_peer_locked(op->peer) +
                                              ": no room to post within the timeout (" +
                                              std::to_string(options.max_in_flight) + " operations in flight)");
   }
@@ -71,7 +71,7 @@ Status Endpoint::Impl::post(Operation* op, const std::function<ssize_t(void* ctx
       release_slots(1);
       std::lock_guard lock(mu_);
       return Status(rc == -FI_EAGAIN ? StatusCode::kTimedOut : StatusCode::kPeerError,
-                    op->what + " to " + describe_peer_locked(op->peer) + ": post failed: " +
+                    op->describe() + " to " + describe_peer_locked(op->peer) + ": post failed: " +
                         fi_strerror(static_cast<int>(-rc)));
     }
     (void)progress_once(false);
@@ -108,10 +108,7 @@ std::future<Status> Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, 
     return ready_future(Status(StatusCode::kInvalidArgument,
                                std::string(verb) + ": the local buffer is not inside the given region"));
   }
-  Operation* op = new_op(OpKind::kRma, peer, addr,
-                         std::string(verb) + " of " + std::to_string(size) + " bytes at offset " +
-                             std::to_string(offset));
-  op->bytes = size;
+  Operation* op = new_op(OpKind::kRma, peer, addr, verb, size, "offset", offset);
   Status st;
   void* desc = nullptr;
   if (local_region != nullptr) {
@@ -168,9 +165,7 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   uint64_t total = 0;
   for (const ConstBuffer& p : pieces) total += p.size;
 
-  Operation* op = m.new_op(OpKind::kSend, to, addr,
-                           "send of " + std::to_string(total) + " bytes (tag " + std::to_string(tag) + ")");
-  op->bytes = total;
+  Operation* op = m.new_op(OpKind::kSend, to, addr, "send", total, "tag", tag);
   FrameHeader h;
   h.user_tag = tag;
   {

@@ -73,7 +73,14 @@ struct Operation {
   OpKind kind = OpKind::kSend;
   PeerId peer = 0;
   fi_addr_t peer_addr = FI_ADDR_UNSPEC;
-  std::string what;  // "send of 1048576 bytes (tag 7)"
+  // What it is, for messages; formatted only when one is needed (describe()).
+  const char* verb = "";          // "send", "RMA read", ...
+  const char* detail_name = "";   // "tag", "offset", "message"
+  uint64_t detail = 0;
+  std::string describe() const {  // "send of 1048576 bytes (tag 7)"
+    return std::string(verb) + " of " + std::to_string(bytes) + " bytes (" + detail_name + " " +
+           std::to_string(detail) + ")";
+  }
   Clock::time_point deadline;
 
   std::promise<Status> promise;
@@ -181,7 +188,8 @@ struct Endpoint::Impl {
   Status post(Operation* op, const std::function<ssize_t(void* ctx)>& fn, Clock::time_point deadline);
   void* local_desc(Operation& op, const void* p, size_t n, uint64_t access);
   FidHandle<fid_mr> register_raw(void* base, size_t length, uint64_t access, MemoryKind kind, int device);
-  Operation* new_op(OpKind kind, PeerId peer, fi_addr_t addr, std::string what);
+  Operation* new_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb, uint64_t bytes,
+                    const char* detail_name, uint64_t detail);
   std::future<Status> finish_posting(Operation* op, const Status& post_status);
   fi_addr_t lookup_locked(PeerId peer, Status& err) const;
   std::future<Status> rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote,

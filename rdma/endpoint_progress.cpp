@@ -140,9 +140,8 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     m.data.assign(frame + kFrameHeaderBytes, frame + len);
     deliver_in_order(peer, header->message_id, std::move(m));
   } else {
-    Operation* op = new_op(OpKind::kInbound, peer, src,
-                           "receive of " + std::to_string(header->total_bytes) + " bytes (message " +
-                               std::to_string(header->message_id) + ")");
+    Operation* op = new_op(OpKind::kInbound, peer, src, "receive", header->total_bytes, "message",
+                           header->message_id);
     op->message.from = peer;
     op->message.tag = header->user_tag;
     op->message.data.resize(header->total_bytes);
@@ -219,7 +218,7 @@ int Endpoint::Impl::progress_once(bool block) {
       std::lock_guard lock(mu_);
       ++stats.error_completions;
       if (pc->op->kind != OpKind::kPoolBuffer) {
-        text = pc->op->what + " with " + describe_peer_locked(pc->op->peer) + ": " + fi_strerror(e.err) +
+        text = pc->op->describe() + " with " + describe_peer_locked(pc->op->peer) + ": " + fi_strerror(e.err) +
                " (provider errno " + std::to_string(e.prov_errno) + ": " + (s ? s : "") + ")";
       }
     }
@@ -244,7 +243,7 @@ void Endpoint::Impl::sweep_deadlines() {
       } else if (!op->promise_set) {
         ++stats.timed_out;
         op->promise.set_value(Status(StatusCode::kTimedOut,
-                                     op->what + " to " + describe_peer_locked(op->peer) + " did not complete within " +
+                                     op->describe() + " to " + describe_peer_locked(op->peer) + " did not complete within " +
                                          std::to_string(options.timeout.count()) + " ms"));
         op->promise_set = true;
         op->cancelled = true;

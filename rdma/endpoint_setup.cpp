@@ -132,7 +132,7 @@ Endpoint::Impl::~Impl() {
   std::lock_guard lock(mu_);
   for (auto& [raw, op] : ops) {
     if (!op->promise_set && op->kind != OpKind::kInbound) {
-      op->promise.set_value(Status(StatusCode::kClosed, op->what + ": endpoint closed"));
+      op->promise.set_value(Status(StatusCode::kClosed, op->describe() + ": endpoint closed"));
       op->promise_set = true;
     }
   }
@@ -193,12 +193,16 @@ fi_addr_t Endpoint::Impl::lookup_locked(PeerId peer, Status& err) const {
   return it->second;
 }
 
-Operation* Endpoint::Impl::new_op(OpKind kind, PeerId peer, fi_addr_t addr, std::string what) {
+Operation* Endpoint::Impl::new_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb, uint64_t bytes,
+                                  const char* detail_name, uint64_t detail) {
   auto op = std::make_unique<Operation>();
   op->kind = kind;
   op->peer = peer;
   op->peer_addr = addr;
-  op->what = std::move(what);
+  op->verb = verb;
+  op->bytes = bytes;
+  op->detail_name = detail_name;
+  op->detail = detail;
   op->deadline = Clock::now() + options.timeout;
   Operation* raw = op.get();
   std::lock_guard lock(mu_);

@@ -1,4 +1,4 @@
-// `parafab bench kernels|train|fabric`: throughput beside ceilings measured in the
+// `parafab bench kernels|train|fabric|kv`: throughput beside ceilings measured in the
 // same run (DESIGN.md, "Benchmark output").
 #include <chrono>
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include "apps/commands.h"
 #include "benchmarks/fabric_bench.h"
 #include "benchmarks/kernel_bench.h"
+#include "benchmarks/kv_bench.h"
 #include "benchmarks/train_bench.h"
 
 namespace parafab::apps {
@@ -76,6 +77,50 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   fc->callback([f, f_timeout_ms, &ctx] {
     f->timeout = std::chrono::milliseconds(*f_timeout_ms);
     ctx.exit_code = run_guarded("bench fabric", [&] { return benchmarks::run_fabric_bench(*f, std::cout); });
+  });
+  auto kv = std::make_shared<benchmarks::KvBenchOptions>();
+  auto kv_timeout_ms = std::make_shared<int64_t>(kv->timeout.count());
+  CLI::App* kvc = bench->add_subcommand(
+      "kv", "Parameter-server push/pull throughput and latency vs the fabric's own figures; sparse table bytes per key");
+  kvc->add_option("--provider", kv->providers, "libfabric providers (repeat, or a comma list)")
+      ->delimiter(',')
+      ->capture_default_str();
+  kvc->add_option("--servers", kv->servers, "Servers (threads of this process)")->check(CLI::PositiveNumber)->capture_default_str();
+  kvc->add_option("--workers", kv->workers, "Workers (threads of this process)")->check(CLI::PositiveNumber)->capture_default_str();
+  kvc->add_option("--sizes", kv->dense_sizes, "Dense request sizes in bytes, multiples of 4 KiB (K, M suffixes)")
+      ->delimiter(',')
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  kvc->add_option("--sparse-keys", kv->sparse_keys, "Keys per sparse push and pull")->check(CLI::PositiveNumber)->capture_default_str();
+  kvc->add_option("--window", kv->window, "Dense requests in flight in the *_window cases; 0 or 1 skips them")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  kvc->add_option("--seconds", kv->case_seconds, "Timed budget of each case")->check(CLI::NonNegativeNumber)->capture_default_str();
+  kvc->add_option("--min-iterations", kv->min_iterations, "Requests per worker and case, at least")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  kvc->add_option("--max-iterations", kv->max_iterations, "Requests per worker and case, at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  kvc->add_option("--max-insert-pushes", kv->max_insert_pushes, "Pushes of fresh keys per worker in sparse_push_insert")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  kvc->add_option("--memory-keys", kv->memory_keys, "Keys of the sparse_memory table; 0 skips it")->capture_default_str();
+  kvc->add_option("--fabric-iterations", kv->fabric_iterations, "bench fabric's iterations per size; 0: its default")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  kvc->add_flag("!--no-verify", kv->verify, "Skip the verification of pulled values");
+  kvc->add_flag("!--no-ceiling", kv->ceiling, "Skip fi_pingpong (the fabric's in-process figures stay)");
+  kvc->add_flag("!--no-busy-poll", kv->busy_poll, "Progress threads that sleep when idle instead of polling endpoints");
+  kvc->add_option("--fi-pingpong", kv->fi_pingpong, "fi_pingpong executable (looked up on PATH)")->capture_default_str();
+  kvc->add_option("--timeout-ms", *kv_timeout_ms, "Timeout of each operation and each fi_pingpong run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  kvc->add_option("--seed", kv->seed, "Seed of the keys")->capture_default_str();
+  kvc->add_option("--json", kv->json_path, "Also write one JSON object per line to this file");
+  kvc->callback([kv, kv_timeout_ms, &ctx] {
+    kv->timeout = std::chrono::milliseconds(*kv_timeout_ms);
+    ctx.exit_code = run_guarded("bench kv", [&] { return benchmarks::run_kv_bench(*kv, std::cout); });
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 namespace parafab::apps {
@@ -26,6 +27,7 @@ void add_cluster_flags(CLI::App* cmd, ClusterFlags& f) {
   cmd->add_option("--provider", f.provider,
                   "libfabric provider: tcp;ofi_rxm, shm, verbs;ofi_rxm, efa (else $PARAFAB_PROVIDER, default tcp;ofi_rxm)");
   cmd->add_option("--node", f.node, "Address the fabric endpoint binds (else $PARAFAB_NODE, default 127.0.0.1)");
+  cmd->add_option("--rank", f.role_rank, "This node's index among its role (else $PARAFAB_RANK; default: order of joining)");
   cmd->add_option("--join-timeout", f.join_timeout_s, "Seconds to wait for the whole job to join")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -36,6 +38,14 @@ void resolve_cluster_flags(ClusterFlags& f) {
   from_env(f.token_file, "PARAFAB_TOKEN_FILE", nullptr);
   from_env(f.provider, "PARAFAB_PROVIDER", "tcp;ofi_rxm");
   from_env(f.node, "PARAFAB_NODE", "127.0.0.1");
+  if (!f.role_rank) {
+    if (const char* v = std::getenv("PARAFAB_RANK"); v != nullptr && *v != '\0') {
+      uint32_t r = 0;
+      const auto [end, ec] = std::from_chars(v, v + std::strlen(v), r);
+      if (ec != std::errc() || *end != '\0') throw std::invalid_argument(std::string("PARAFAB_RANK='") + v + "' is not a rank");
+      f.role_rank = r;
+    }
+  }
   if (f.scheduler.empty()) throw std::invalid_argument("no scheduler: give --scheduler HOST:PORT or set PARAFAB_SCHEDULER");
   if (f.token_file.empty()) throw std::invalid_argument("no job token: give --token-file FILE or set PARAFAB_TOKEN_FILE");
   (void)parse_host_port(f.scheduler);

@@ -6,6 +6,7 @@
 //   --token-file FILE       PARAFAB_TOKEN_FILE   (the job token; never on the command line)
 //   --provider NAME         PARAFAB_PROVIDER     (default tcp;ofi_rxm)
 //   --node ADDRESS          PARAFAB_NODE         (fabric bind address, default 127.0.0.1)
+//   --rank N                PARAFAB_RANK         (this node's index among its role; default: order of joining)
 //   --join-timeout SECONDS                       (default 60)
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ps/cluster_map.h"
@@ -27,6 +29,8 @@ struct ClusterFlags {
   std::string provider;
   std::string node;
   double join_timeout_s = 60;
+  // --rank, else PARAFAB_RANK: the role rank to ask the scheduler for.
+  std::optional<uint32_t> role_rank;
 };
 
 void add_cluster_flags(CLI::App* cmd, ClusterFlags& flags);

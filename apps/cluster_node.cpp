@@ -19,6 +19,7 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
   co.host_name = this_host_name();
   co.fabric_address = node.endpoint->address();
   co.on_node_dead = std::move(on_node_dead);
+  co.requested_role_rank = flags.role_rank;
   node.client = std::make_unique<ps::SchedulerClient>(std::move(co));
   node.map = &node.client->join(join_timeout(flags));
   node.rank = node.client->rank();

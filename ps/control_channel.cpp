@@ -392,7 +392,8 @@ std::vector<uint8_t> register_mac_input(uint64_t job_id, const std::string& nonc
       .add_u64(static_cast<uint64_t>(r.role()))
       .add(r.host())
       .add(as_bytes(r.fabric_address()))
-      .add(as_bytes(r.client_nonce()));
+      .add(as_bytes(r.client_nonce()))
+      .add_u64(r.requested_role_rank_plus_one());
   return {in.bytes().begin(), in.bytes().end()};
 }
 

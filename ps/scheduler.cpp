@@ -229,6 +229,20 @@ struct Scheduler::Impl {
     }
     auto& role_slots = slots(role);
     auto vacant = std::find(role_slots.begin(), role_slots.end(), nullptr);
+    if (const uint32_t asked = reg.requested_role_rank_plus_one(); asked != 0 && !map_sent) {
+      const uint32_t want = asked - 1;
+      if (want >= role_slots.size() || role_slots[want] != nullptr) {
+        ++counters.invalid_messages;
+        const std::string text = std::string(to_string(role)) + " rank " + std::to_string(want) + " asked by host " +
+                                 reg.host() + " is " + (want >= role_slots.size() ? "out of range (the job has " + std::to_string(role_slots.size()) + ")" : "taken");
+        spdlog::warn("scheduler: {}", text);
+        refuse(c, proto::ERROR_MALFORMED, text);
+        return;
+      }
+      // Slots asked for by number are kept for their askers: a node without a
+      // request takes the first slot nobody holds.
+      vacant = role_slots.begin() + want;
+    }
     if (map_sent || vacant == role_slots.end()) {
       ++counters.refused_full;
       const std::string text = "all " + std::to_string(expected(role)) + " " + to_string(role) +

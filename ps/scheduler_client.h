@@ -38,6 +38,10 @@ struct SchedulerClientOptions {
   Role role = Role::kWorker;      // kServer or kWorker
   std::string host_name;          // this node's, for the map and logs
   std::vector<std::byte> fabric_address;
+  // Ask for this role rank (e.g. from SLURM_PROCID or PARAFAB_RANK); the
+  // scheduler refuses the node when it is out of range or taken. Unset: the
+  // next free one in order of arrival.
+  std::optional<uint32_t> requested_role_rank;
   // 0 disables heartbeats (a test seam: the scheduler then declares the
   // node dead after its heartbeat_timeout).
   std::chrono::milliseconds heartbeat_interval{1000};

@@ -250,6 +250,35 @@ TEST(SchedulerTest, BarrierReleasesOnlyAfterAllArrive) {
   }
 }
 
+TEST(SchedulerTest, RequestedRanksAreHonouredAndWorkersOnlyBarriersSkipServers) {
+  RunningScheduler sched(scheduler_options(1, 2, "tok"));
+  // Out of range and, later, taken: refused with the reason.
+  {
+    auto bad = client_options(sched->port(), "tok", Role::kWorker, 9, 9);
+    bad.requested_role_rank = 5;
+    SchedulerClient c(std::move(bad));
+    try {
+      (void)c.join(kWait);
+      FAIL() << "worker rank 5 of 2 accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+    }
+  }
+  auto w1 = client_options(sched->port(), "tok", Role::kWorker, 1, 2);
+  w1.requested_role_rank = 1;  // arrives first, asks for the second slot
+  auto w0 = client_options(sched->port(), "tok", Role::kWorker, 0, 3);
+  w0.requested_role_rank = 0;
+  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1), w1, w0});
+  EXPECT_EQ(clients[1]->role_rank(), 1u);
+  EXPECT_EQ(clients[2]->role_rank(), 0u);
+  EXPECT_EQ(clients[1]->rank(), 2u);  // 1 server, then workers
+  // Workers meet without the server.
+  auto a = std::async(std::launch::async, [&] { clients[1]->barrier("w", kWait, true); });
+  clients[2]->barrier("w", kWait, true);
+  ASSERT_EQ(a.wait_for(kWait), std::future_status::ready);
+  a.get();
+}
+
 TEST(SchedulerTest, JoinTimeoutNamesTheMissingRoleAndCount) {
   SchedulerOptions o = scheduler_options(2, 1, "tok");
   o.join_timeout = 700ms;

@@ -7,7 +7,8 @@
 namespace parafab::apps {
 
 ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
-                         std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead) {
+                         std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead,
+                         std::vector<ps::TableSchema> tables) {
   ClusterNode node;
   node.endpoint = std::make_unique<rdma::Endpoint>(endpoint_options(flags));
   const HostPort sched = parse_host_port(flags.scheduler);
@@ -20,6 +21,7 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
   co.fabric_address = node.endpoint->address();
   co.on_node_dead = std::move(on_node_dead);
   co.requested_role_rank = flags.role_rank;
+  co.tables = std::move(tables);
   node.client = std::make_unique<ps::SchedulerClient>(std::move(co));
   node.map = &node.client->join(join_timeout(flags));
   node.rank = node.client->rank();

@@ -23,7 +23,9 @@ struct ClusterNode {
 };
 
 // Throws with the scheduler's or the fabric's reason.
+// `tables`: a worker's proposal of the job's tables (see SchedulerClientOptions).
 ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
-                         std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead = {});
+                         std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead = {},
+                         std::vector<ps::TableSchema> tables = {});
 
 }  // namespace parafab::apps

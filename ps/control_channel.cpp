@@ -382,6 +382,12 @@ void validate_register(const proto::Register& r) {
   check_size("register: fabric_address", r.fabric_address().size(), 1, kMaxFabricAddressBytes);
   check_size("register: client_nonce", r.client_nonce().size(), kNonceBytes, kNonceBytes);
   check_size("register: mac", r.mac().size(), kMacBytes, kMacBytes);
+  if (r.tables_size() > 1024) fail("register: " + std::to_string(r.tables_size()) + " tables (at most 1024)");
+  std::set<uint32_t> ids;
+  for (const proto::Table& t : r.tables()) {
+    const TableSchema schema = from_proto(t);  // validates every field
+    if (!ids.insert(schema.id).second) fail("register: table " + std::to_string(schema.id) + " twice");
+  }
 }
 
 std::vector<uint8_t> register_mac_input(uint64_t job_id, const std::string& nonce, const proto::Register& r) {
@@ -394,6 +400,9 @@ std::vector<uint8_t> register_mac_input(uint64_t job_id, const std::string& nonc
       .add(as_bytes(r.fabric_address()))
       .add(as_bytes(r.client_nonce()))
       .add_u64(r.requested_role_rank_plus_one());
+  std::string tables;
+  for (const proto::Table& t : r.tables()) tables += t.SerializeAsString();
+  in.add(tables);  // the proposed tables are covered by the MAC too
   return {in.bytes().begin(), in.bytes().end()};
 }
 

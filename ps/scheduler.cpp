@@ -66,6 +66,7 @@ struct Scheduler::Impl {
   };
   std::map<std::string, Barrier> barriers;
   bool map_sent = false;
+  bool tables_from_workers = false;  // opt.tables came from the first worker that brought some
   bool finishing = false;
   bool ran = false;
   std::string failure;
@@ -251,6 +252,29 @@ struct Scheduler::Impl {
       refuse(c, proto::ERROR_ROLE_FULL, text);
       return;
     }
+    if (reg.tables_size() > 0) {
+      std::vector<TableSchema> proposed;
+      for (const proto::Table& t : reg.tables()) proposed.push_back(from_proto(t));
+      std::string conflict;
+      if (role != Role::kWorker) {
+        conflict = "only workers bring tables";
+      } else if (!opt.tables.empty() && !tables_from_workers) {
+        // Tables given to the scheduler win; a worker's must agree.
+        if (!same_tables(opt.tables, proposed)) conflict = "its tables differ from the scheduler's --table list";
+      } else if (tables_from_workers) {
+        if (!same_tables(opt.tables, proposed)) conflict = "its tables differ from those of the first worker";
+      } else {
+        opt.tables = proposed;
+        tables_from_workers = true;
+      }
+      if (!conflict.empty()) {
+        ++counters.invalid_messages;
+        const std::string text = std::string(to_string(role)) + " on host " + reg.host() + " refused: " + conflict;
+        spdlog::warn("scheduler: {}", text);
+        refuse(c, proto::ERROR_MALFORMED, text);
+        return;
+      }
+    }
     c.joined = true;
     c.role = role;
     c.role_rank = static_cast<uint32_t>(vacant - role_slots.begin());
@@ -296,6 +320,17 @@ struct Scheduler::Impl {
   }
 
   // --- the map -----------------------------------------------------------------
+
+  static bool same_tables(const std::vector<TableSchema>& a, const std::vector<TableSchema>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      proto::Table x, y;
+      to_proto(a[i], &x);
+      to_proto(b[i], &y);
+      if (x.SerializeAsString() != y.SerializeAsString()) return false;
+    }
+    return true;
+  }
 
   void maybe_broadcast_map() {
     if (map_sent || finishing) return;

@@ -200,6 +200,7 @@ struct SchedulerClient::Impl {
       r->set_fabric_address(reinterpret_cast<const char*>(opt.fabric_address.data()), opt.fabric_address.size());
       r->set_client_nonce(client_nonce);
       if (opt.requested_role_rank) r->set_requested_role_rank_plus_one(*opt.requested_role_rank + 1);
+      for (const TableSchema& t : opt.tables) to_proto(t, r->add_tables());
       const Mac mac = hmac_sha256(*opt.token, register_mac_input(job_id, nonce, *r));
       r->set_mac(reinterpret_cast<const char*>(mac.data()), mac.size());
       ch = channel;

@@ -42,6 +42,8 @@ struct SchedulerClientOptions {
   // scheduler refuses the node when it is out of range or taken. Unset: the
   // next free one in order of arrival.
   std::optional<uint32_t> requested_role_rank;
+  // Workers: the tables the job needs (used when the scheduler has none).
+  std::vector<TableSchema> tables;
   // 0 disables heartbeats (a test seam: the scheduler then declares the
   // node dead after its heartbeat_timeout).
   std::chrono::milliseconds heartbeat_interval{1000};

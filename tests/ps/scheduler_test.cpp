@@ -279,6 +279,44 @@ TEST(SchedulerTest, RequestedRanksAreHonouredAndWorkersOnlyBarriersSkipServers) 
   a.get();
 }
 
+TEST(SchedulerTest, WorkersBringTheTablesWhenTheSchedulerHasNone) {
+  SchedulerOptions o = scheduler_options(1, 2, "tok");
+  o.tables.clear();
+  RunningScheduler sched(std::move(o));
+  TableSchema t;
+  t.id = 3;
+  t.width = 8;
+  t.updater.kind = UpdaterKind::kFtrl;
+  TableSchema other = t;
+  other.width = 9;
+  {
+    // A worker disagreeing with the first one's tables is refused, naming why.
+    auto first = client_options(sched->port(), "tok", Role::kWorker, 0, 2);
+    first.tables = {t};
+    auto w0 = std::make_unique<SchedulerClient>(std::move(first));
+    auto j0 = std::async(std::launch::async, [&] { (void)w0->join(kWait); });
+    auto bad = client_options(sched->port(), "tok", Role::kWorker, 1, 3);
+    bad.tables = {other};
+    // Joins after the first has registered: its refusal is about the tables.
+    for (int i = 0; i < 200 && sched->stats().joined < 1; ++i) std::this_thread::sleep_for(10ms);
+    SchedulerClient refused(std::move(bad));
+    try {
+      (void)refused.join(kWait);
+      FAIL() << "a worker with other tables joined";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("tables differ"), std::string::npos) << e.what();
+    }
+    auto agree = client_options(sched->port(), "tok", Role::kWorker, 1, 4);
+    agree.tables = {t};
+    auto rest = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1), agree});
+    ASSERT_EQ(j0.wait_for(kWait), std::future_status::ready);
+    j0.get();
+    ASSERT_EQ(rest[0]->cluster_map().tables.size(), 1u);
+    EXPECT_EQ(rest[0]->cluster_map().tables[0].width, 8u);
+    EXPECT_EQ(rest[0]->cluster_map().tables[0].updater.kind, UpdaterKind::kFtrl);
+  }
+}
+
 TEST(SchedulerTest, JoinTimeoutNamesTheMissingRoleAndCount) {
   SchedulerOptions o = scheduler_options(2, 1, "tok");
   o.join_timeout = 700ms;

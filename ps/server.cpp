@@ -174,7 +174,8 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       r.table = h.table;
       r.sender = map_.server_rank(index_);
       r.request_id = h.request_id;
-      reply(message.from, encode_message(r, k, std::span<const std::byte>()));
+      const auto msg = encode_message(r, k, std::span<const std::byte>());
+      reply(message.from, rdma::ByteBuffer(msg.begin(), msg.end()));
       return;
     }
     case Op::kPull:
@@ -222,7 +223,7 @@ void Server::answer_pull(const rdma::Message& message, const DecodedMessage& d) 
   r.request_id = h.request_id;
   r.payload_bytes = n * width * sizeof(float);
   // Values are written straight into the reply: one copy, from the table.
-  std::vector<std::byte> bytes(kWireHeaderBytes + r.payload_bytes);
+  rdma::ByteBuffer bytes(kWireHeaderBytes + r.payload_bytes);  // not zero-filled: the pull writes it all
   encode_header(r, bytes.data());
   auto* out = reinterpret_cast<float*>(bytes.data() + kWireHeaderBytes);
   if (dense) {
@@ -265,7 +266,7 @@ void Server::remove_worker_later(uint32_t worker_index) {
   dead_pending_.push_back(worker_index);
 }
 
-void Server::reply(uint32_t to, std::vector<std::byte> bytes) {
+void Server::reply(uint32_t to, rdma::ByteBuffer bytes) {
   auto f = endpoint_.send(to, 0, bytes.data(), bytes.size());
   in_flight_.emplace_back(std::move(f), std::move(bytes));
   if (in_flight_.size() > 1024) reap_replies(false);
@@ -278,7 +279,7 @@ void Server::reply_header(uint32_t to, const WireHeader& request, Op op) {
   r.sender = map_.server_rank(index_);
   r.clock = request.clock;
   r.request_id = request.request_id;
-  std::vector<std::byte> bytes(kWireHeaderBytes);
+  rdma::ByteBuffer bytes(kWireHeaderBytes);
   encode_header(r, bytes.data());
   reply(to, std::move(bytes));
 }
@@ -290,7 +291,8 @@ void Server::reply_error(uint32_t to, uint64_t request_id, const std::string& wh
   r.op = Op::kError;
   r.sender = map_.server_rank(index_);
   r.request_id = request_id;
-  reply(to, encode_message(r, {}, std::as_bytes(std::span(what.data(), what.size()))));
+  const auto msg = encode_message(r, {}, std::as_bytes(std::span(what.data(), what.size())));
+  reply(to, rdma::ByteBuffer(msg.begin(), msg.end()));
 }
 
 void Server::reap_replies(bool all) {

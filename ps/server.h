@@ -82,7 +82,7 @@ class Server {
   void handle_decoded(const rdma::Message& message, const DecodedMessage& d);
   void answer_pull(const rdma::Message& message, const DecodedMessage& d);
   void answer_parked();
-  void reply(uint32_t to, std::vector<std::byte> bytes);
+  void reply(uint32_t to, rdma::ByteBuffer bytes);
   void reply_header(uint32_t to, const WireHeader& request, Op op);
   void reply_error(uint32_t to, uint64_t request_id, const std::string& what);
   void reap_replies(bool all);
@@ -101,7 +101,7 @@ class Server {
   ClockTable clocks_;
   std::deque<Parked> parked_;
   // Replies in flight: the transport reads their bytes until the send completes.
-  std::deque<std::pair<std::future<rdma::Status>, std::vector<std::byte>>> in_flight_;
+  std::deque<std::pair<std::future<rdma::Status>, rdma::ByteBuffer>> in_flight_;
   ServerStats stats_;
   std::mutex dead_mu_;
   std::vector<uint32_t> dead_pending_;

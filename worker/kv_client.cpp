@@ -11,6 +11,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+rdma::ByteBuffer as_buffer(const std::vector<std::byte>& v) { return rdma::ByteBuffer(v.begin(), v.end()); }
+
 std::future<rdma::Status> ready(rdma::Status s) {
   std::promise<rdma::Status> p;
   p.set_value(std::move(s));
@@ -29,7 +31,8 @@ struct KvClient::Pending {
   rdma::Status error;
   Clock::time_point deadline;
   // Server rank -> the message for it; built before start(), sent by it.
-  std::unordered_map<uint32_t, std::vector<std::byte>> messages;
+  // Not zero-filled: push and pull write every byte of their messages.
+  std::unordered_map<uint32_t, rdma::ByteBuffer> messages;
   std::unordered_map<uint32_t, bool> answered;
   size_t remaining = 0;
   bool posting = true;  // start() is still sending: only it may finish the request
@@ -223,6 +226,7 @@ std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_
   p->duplicates.reserve(sp.duplicates.size());
   for (auto [i, first] : sp.duplicates) p->duplicates.emplace_back(first, i);
   std::vector<std::byte*> key_at(map_.num_servers(), nullptr);
+  std::vector<std::vector<uint32_t>*> rows_of(map_.num_servers(), nullptr);
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     if (sp.count[s] == 0) continue;
     ps::WireHeader h{.op = ps::Op::kPull, .table = table, .sender = rank(), .clock = clock_.load(),
@@ -231,13 +235,14 @@ std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_
     bytes.resize(ps::kWireHeaderBytes + sp.count[s] * 8);
     ps::encode_header(h, bytes.data());
     key_at[s] = bytes.data() + ps::kWireHeaderBytes;
-    p->rows[map_.server_rank(s)].reserve(sp.count[s]);
+    rows_of[s] = &p->rows[map_.server_rank(s)];
+    rows_of[s]->reserve(sp.count[s]);
   }
   for (size_t j = 0; j < sp.first.size(); ++j) {
     const uint32_t s = sp.server[j], i = sp.first[j];
     std::memcpy(key_at[s], &keys[i], 8);
     key_at[s] += 8;
-    p->rows[map_.server_rank(s)].push_back(i);
+    rows_of[s]->push_back(i);
   }
   return start(std::move(p));
 }
@@ -263,8 +268,8 @@ std::future<rdma::Status> KvClient::dense_push(uint32_t table, uint64_t first_ro
     if (b >= e) continue;
     const uint64_t range[2] = {b, e - b};
     ps::WireHeader h{.op = ps::Op::kDensePush, .table = table, .sender = rank(), .clock = clock_.load()};
-    p->messages[map_.server_rank(s)] =
-        ps::encode_message(h, range, grads.subspan((b - first_row) * schema.width, (e - b) * schema.width));
+    p->messages[map_.server_rank(s)] = as_buffer(
+        ps::encode_message(h, range, grads.subspan((b - first_row) * schema.width, (e - b) * schema.width)));
   }
   return start(std::move(p));
 }
@@ -292,7 +297,7 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
     auto& out_rows = p->rows[map_.server_rank(s)];
     for (uint64_t row = b; row < e; ++row) out_rows.push_back(static_cast<uint32_t>(row - first_row));
     ps::WireHeader h{.op = ps::Op::kDensePull, .table = table, .sender = rank(), .clock = clock_.load()};
-    p->messages[map_.server_rank(s)] = ps::encode_message(h, range, std::span<const std::byte>());
+    p->messages[map_.server_rank(s)] = as_buffer(ps::encode_message(h, range, std::span<const std::byte>()));
   }
   return start(std::move(p));
 }
@@ -304,7 +309,7 @@ std::future<rdma::Status> KvClient::clock() {
   p->reply_op = ps::Op::kClockReply;
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = next};
-    p->messages[map_.server_rank(s)] = ps::encode_message(h, {}, std::span<const std::byte>());
+    p->messages[map_.server_rank(s)] = as_buffer(ps::encode_message(h, {}, std::span<const std::byte>()));
   }
   return start(std::move(p));
 }
@@ -322,7 +327,7 @@ rdma::Status KvClient::dense_region(uint32_t table, uint32_t server, DenseRegion
   p->reply_op = ps::Op::kDenseRegionReply;
   p->table = table;
   ps::WireHeader h{.op = ps::Op::kDenseRegion, .table = table, .sender = rank(), .clock = clock_.load()};
-  p->messages[server] = ps::encode_message(h, {}, std::span<const std::byte>());
+  p->messages[server] = as_buffer(ps::encode_message(h, {}, std::span<const std::byte>()));
   // finish() hands the reply's keys over through a shared slot before it
   // sets the promise.
   auto keys = std::make_shared<std::vector<uint64_t>>();

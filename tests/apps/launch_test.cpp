@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "benchmarks/child_process.h"
+#include "tests/common/temp_dir.h"
 
 namespace parafab {
 namespace {
@@ -271,6 +272,39 @@ TEST(Launch, AWorkerCommandThatCannotRunIsNamed) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "[worker 0] cannot execute '/nonexistent/parafab-worker'")) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(launch: worker 0 \(pid \d+\) failed: exit status 127)"))) << r.out;
+}
+
+
+// Distributed `parafab train` (2 servers, 2 workers, SSP) reaches the held-out
+// log loss of single-process training on the same planted data, within 2%,
+// and worker 0 alone reports it.
+TEST(Launch, DistributedTrainMatchesSingleProcessOnAPlantedProblem) {
+  testing::TempDir dir;
+  const std::string train = dir.file("train.svm"), test = dir.file("test.svm");
+  auto run = [](std::vector<std::string> argv) {
+    benchmarks::ChildProcess p(std::move(argv), {});
+    EXPECT_TRUE(benchmarks::wait_for_exit({&p}, benchmarks::ChildProcess::Clock::now() + 120s)) << p.output();
+    EXPECT_EQ(p.exit_code(), 0) << p.output();
+    return p.output();
+  };
+  run({kBin, "gen-data", "--out", train, "--test-out", test, "--examples", "40000", "--test-examples", "10000",
+       "--features", "16384", "--nnz", "30", "--seed", "5"});
+  auto held_out = [](const std::string& out) {
+    std::smatch m;
+    const std::regex re(R"(held-out \(\d+ examples\): log loss ([0-9.]+))");
+    EXPECT_TRUE(std::regex_search(out, m, re)) << out;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  };
+  const double single = held_out(run({kBin, "train", "--train", train, "--test", test, "--quiet"}));
+  const LaunchRun r = run_launch({"--servers", "2", "--workers", "2", "--consistency", "ssp:2", "--timeout", "150",
+                                  "--", kBin, "train", "--train", train, "--test", test, "--quiet"},
+                                 170s);
+  ASSERT_TRUE(r.finished) << r.out;
+  ASSERT_EQ(r.status, 0) << r.out;
+  const double distributed = held_out(r.out);
+  EXPECT_LE(distributed, single * 1.02) << r.out;
+  EXPECT_EQ(lines_starting(r.out, "[worker 1] held-out").size(), 0u) << "only worker 0 evaluates\n" << r.out;
+  EXPECT_EQ(lines_starting(r.out, "[worker 0] held-out").size(), 1u) << r.out;
 }
 
 }  // namespace

@@ -1,0 +1,811 @@
+#include "benchmarks/kv_bench.h"
+
+#include <fmt/format.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "benchmarks/fabric_bench.h"
+#include "ps/cluster_map.h"
+#include "ps/dense_table.h"
+#include "ps/server.h"
+#include "ps/sparse_table.h"
+#include "ps/table_schema.h"
+#include "rdma/endpoint.h"
+#include "rdma/fabric_error.h"
+#include "worker/kv_client.h"
+
+namespace parafab::benchmarks {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kDenseTable = 0, kSparseTable = 1, kLatencyTable = 2, kInsertTable = 3;
+constexpr uint32_t kDenseWidth = 1024;                 // floats per row: 4 KiB
+constexpr size_t kRowBytes = kDenseWidth * sizeof(float);
+constexpr uint32_t kLatencyWidth = 256;                // 1 KiB
+constexpr size_t kLatencyBytes = kLatencyWidth * sizeof(float);
+constexpr double kSparseGoal = 40e6;                   // keys/s, issue 4
+constexpr double kMemoryGoal = 24.0;                   // bytes per key, issue 4
+constexpr double kSparseWireBytesPerKey = 12.0;        // uint64 key + float gradient (or value)
+
+// A failed case: `code` 1 for a verification failure, 2 for anything else.
+struct CaseFailure : std::runtime_error {
+  int code;
+  CaseFailure(int c, const std::string& what) : std::runtime_error(what), code(c) {}
+};
+
+void check(const rdma::Status& s, const std::string& what) {
+  if (!s.ok()) throw CaseFailure(2, what + ": " + s.to_string());
+}
+
+// splitmix64's finalizer after adding its increment: a bijection of uint64,
+// so distinct inputs give distinct, random-looking keys.
+uint64_t scramble(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+std::vector<uint64_t> make_keys(size_t n, uint64_t stream) {
+  std::vector<uint64_t> keys(n);
+  for (size_t j = 0; j < n; ++j) keys[j] = scramble((stream << 40) + j);
+  return keys;
+}
+
+// Dense gradients: small integers (|g| <= 30), so that SGD with lr 1 keeps
+// every value exact up to 2^24 / 30 pushes of a row; neighbours differ.
+float dense_grad(size_t index) { return static_cast<float>(static_cast<int>((index * 7) % 61) - 30); }
+
+// Sparse gradients: distinct non-zero fractions.
+float sparse_grad(size_t j) { return (static_cast<float>(j % 1999) - 999.5f) * 1e-3f; }
+
+std::string human_bytes(size_t n) {
+  if (n >= (size_t{1} << 20) && n % (size_t{1} << 20) == 0) return fmt::format("{}M", n >> 20);
+  if (n >= 1024 && n % 1024 == 0) return fmt::format("{}K", n >> 10);
+  return fmt::format("{}", n);
+}
+
+ps::TableSchema dense_schema(uint32_t id, uint32_t width, uint64_t rows) {
+  ps::TableSchema t;
+  t.id = id;
+  t.kind = ps::TableKind::kDense;
+  t.width = width;
+  t.rows = rows;
+  t.updater.kind = ps::UpdaterKind::kSgd;
+  t.updater.learning_rate = 1.0f;  // w -= g: minus the sum of the pushes, exactly
+  return t;
+}
+
+ps::TableSchema adagrad_schema(uint32_t id) {
+  ps::TableSchema t;
+  t.id = id;
+  t.kind = ps::TableKind::kSparse;
+  t.width = 1;
+  t.updater.kind = ps::UpdaterKind::kAdaGrad;
+  return t;
+}
+
+// S servers and W workers of one job, each with its own endpoint, meshed by
+// hand as the scheduler would; servers serve on threads of their own.
+class KvJob {
+ public:
+  KvJob(const KvBenchOptions& o, const std::string& provider, std::vector<ps::TableSchema> tables) {
+    rdma::EndpointOptions eo;
+    eo.provider = provider;
+    eo.node = o.node;
+    eo.timeout = o.timeout;
+    eo.busy_poll = o.busy_poll;
+    eo.progress_thread = !o.busy_poll;
+    const uint32_t n = o.servers + o.workers;
+    for (uint32_t i = 0; i < n; ++i) eps_.push_back(std::make_unique<rdma::Endpoint>(eo));
+    map_.tables = std::move(tables);
+    for (uint32_t i = 0; i < n; ++i) {
+      ps::NodeInfo node;
+      node.role = i < o.servers ? ps::Role::kServer : ps::Role::kWorker;
+      node.rank = i;
+      node.role_rank = i < o.servers ? i : i - o.servers;
+      node.host = o.node;
+      node.fabric_address = eps_[i]->address();
+      (i < o.servers ? map_.servers : map_.workers).push_back(node);
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      for (uint32_t j = 0; j < n; ++j) {
+        if (i != j) eps_[i]->add_peer(j, eps_[j]->address());
+      }
+    }
+    ps::ServerOptions so;
+    so.poll = std::chrono::milliseconds(5);
+    for (uint32_t s = 0; s < o.servers; ++s) servers_.push_back(std::make_unique<ps::Server>(*eps_[s], map_, s, so));
+    worker::KvClientOptions ko;
+    ko.timeout = o.timeout;
+    for (uint32_t w = 0; w < o.workers; ++w) {
+      clients_.push_back(std::make_unique<worker::KvClient>(*eps_[o.servers + w], map_, w, ko));
+    }
+    for (auto& s : servers_) threads_.emplace_back([this, srv = s.get()] { srv->serve(stop_); });
+  }
+  ~KvJob() {
+    clients_.clear();
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+  worker::KvClient& worker(uint32_t w) { return *clients_[w]; }
+  ps::Server& server(uint32_t s) { return *servers_[s]; }
+  uint32_t servers() const { return static_cast<uint32_t>(servers_.size()); }
+  const rdma::Endpoint& endpoint(uint32_t rank) const { return *eps_[rank]; }
+
+ private:
+  std::vector<std::unique_ptr<rdma::Endpoint>> eps_;
+  ps::ClusterMap map_;
+  std::vector<std::unique_ptr<ps::Server>> servers_;
+  std::vector<std::unique_ptr<worker::KvClient>> clients_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// How long and how often each worker runs a case.
+struct Budget {
+  double seconds = 0.0;
+  int min_iterations = 1;
+  int max_iterations = 1;
+};
+
+struct Timing {
+  double elapsed_s = 0.0;
+  int64_t ops = 0;                   // all workers
+  std::vector<int64_t> per_worker;   // operations of each worker
+};
+
+// Runs op(w, i) for i = 0, 1, ... on one thread per worker, all released at
+// once; then finish(w) (drain what is in flight) on the clock. Elapsed: from
+// the release to the last worker's end. The first exception is rethrown.
+Timing run_workers(uint32_t workers, const Budget& b, const std::function<void(uint32_t, int)>& op,
+                   const std::function<void(uint32_t)>& finish = {}) {
+  Timing t;
+  t.per_worker.assign(workers, 0);
+  std::vector<Clock::time_point> ends(workers);
+  std::vector<std::exception_ptr> errors(workers);
+  std::atomic<uint32_t> ready{0};
+  std::atomic<bool> go{false};
+  Clock::time_point start, deadline;
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      try {
+        int i = 0;
+        for (; i < b.max_iterations && (i < b.min_iterations || Clock::now() < deadline); ++i) op(w, i);
+        if (finish) finish(w);
+        t.per_worker[w] = i;
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+      ends[w] = Clock::now();
+    });
+  }
+  while (ready.load() < workers) std::this_thread::yield();
+  start = Clock::now();
+  deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(b.seconds));
+  go.store(true, std::memory_order_release);
+  for (auto& th : threads) th.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  const Clock::time_point end = *std::max_element(ends.begin(), ends.end());
+  t.elapsed_s = std::chrono::duration<double>(end - start).count();
+  for (int64_t n : t.per_worker) t.ops += n;
+  return t;
+}
+
+// Bench fabric's figures for one size, and fi_pingpong's beside them.
+struct FabricFigures {
+  double pingpong_mb_s = 0.0, pingpong_us = 0.0, stream_mb_s = 0.0;
+  double fi_mb_s = 0.0, fi_us = 0.0;
+};
+
+std::optional<int64_t> int_field(const BenchRecord& r, const std::string& key) {
+  for (const auto& [k, v] : r.fields) {
+    if (k == key && std::holds_alternative<int64_t>(v)) return std::get<int64_t>(v);
+  }
+  return std::nullopt;
+}
+
+std::map<size_t, FabricFigures> fabric_figures(const BenchReport& fr) {
+  std::map<size_t, FabricFigures> out;
+  for (const BenchRecord& r : fr.records()) {
+    const auto bytes = int_field(r, "bytes");
+    if (!bytes) continue;
+    FabricFigures& f = out[static_cast<size_t>(*bytes)];
+    const double c = r.ceiling.value_or(0.0);
+    if (r.case_name == "tagged_pingpong" && r.unit == "MB/s") {
+      f.pingpong_mb_s = r.value;
+      f.fi_mb_s = c;
+    } else if (r.case_name == "tagged_pingpong" && r.unit == "us") {
+      f.pingpong_us = r.value;
+      f.fi_us = c;
+    } else if (r.case_name == "tagged_stream" && r.unit == "MB/s") {
+      f.stream_mb_s = r.value;
+    }
+  }
+  return out;
+}
+
+// Everything one provider's cases share.
+class KvCases {
+ public:
+  KvCases(const KvBenchOptions& o, const std::string& provider, std::map<size_t, FabricFigures> fabric,
+          BenchReport& report, std::ostream& log)
+      : o_(o), provider_(provider), fabric_(std::move(fabric)), report_(report), log_(log) {
+    max_rows_ = *std::max_element(o.dense_sizes.begin(), o.dense_sizes.end()) / kRowBytes;
+    dense_grads_.resize(max_rows_ * kDenseWidth);
+    for (size_t i = 0; i < dense_grads_.size(); ++i) dense_grads_[i] = dense_grad(i);
+    row_pushes_.assign(o.workers, std::vector<int64_t>(max_rows_, 0));
+    out_.resize(o.workers);
+  }
+
+  std::vector<ps::TableSchema> tables() const {
+    return {dense_schema(kDenseTable, kDenseWidth, max_rows_), adagrad_schema(kSparseTable),
+            dense_schema(kLatencyTable, kLatencyWidth, 1), adagrad_schema(kInsertTable)};
+  }
+
+  void run(KvJob& job) {
+    job_ = &job;
+    for (size_t s : o_.dense_sizes) dense_push(s, 1);
+    if (o_.window > 1) {
+      for (size_t s : o_.dense_sizes) dense_push(s, o_.window);
+    }
+    expected_dense_ = expected_dense();
+    for (size_t s : o_.dense_sizes) dense_pull(s, 1);
+    if (o_.window > 1) {
+      for (size_t s : o_.dense_sizes) dense_pull(s, o_.window);
+    }
+    sparse_push_present();
+    sparse_pull();
+    sparse_push_insert();
+    latency();
+    job_ = nullptr;
+  }
+
+ private:
+  Budget budget() const { return {o_.case_seconds, o_.min_iterations, o_.max_iterations}; }
+  Budget warmup(int n) const { return {0.0, n, n}; }
+  const char* verified() const { return o_.verify ? "yes" : "no"; }
+
+  BenchRecord record(const std::string& case_name, double value, const std::string& unit, int64_t ops) const {
+    BenchRecord r("kv", case_name, value, unit);
+    r.with("provider", provider_).with("servers", o_.servers).with("workers", o_.workers).with("iterations", ops);
+    return r;
+  }
+
+  // The fabric's MB/s of `bytes` as the ceiling (tagged_pingpong, or
+  // tagged_stream for windowed cases), fi_pingpong's beside it.
+  void ceiling_mb_s(BenchRecord& r, size_t bytes, bool stream, double scale = 1.0) const {
+    const auto it = fabric_.find(bytes);
+    if (it == fabric_.end()) return;
+    const FabricFigures& f = it->second;
+    const double c = (stream ? f.stream_mb_s : f.pingpong_mb_s) * scale;
+    if (c > 0.0) r.with_ceiling(c, stream ? "fabric tagged_stream" : "fabric tagged_pingpong");
+    if (f.fi_mb_s > 0.0) {
+      r.with("fi_pingpong", f.fi_mb_s * scale).with("fi_pingpong_ratio", r.value / (f.fi_mb_s * scale));
+    }
+  }
+
+  // ---- dense -------------------------------------------------------------
+
+  void dense_push(size_t bytes, int window) {
+    const uint64_t rows = bytes / kRowBytes;
+    const std::span<const float> g(dense_grads_.data(), rows * kDenseWidth);
+    std::vector<std::deque<std::future<rdma::Status>>> in_flight(o_.workers);
+    std::vector<double> client_s(o_.workers, 0.0);
+    auto op = [&](uint32_t w, int) {
+      auto& q = in_flight[w];
+      if (q.size() >= static_cast<size_t>(window)) {
+        check(q.front().get(), fmt::format("dense_push {}", human_bytes(bytes)));
+        q.pop_front();
+      }
+      const auto t0 = Clock::now();
+      q.push_back(job_->worker(w).dense_push(kDenseTable, 0, rows, g));
+      client_s[w] += std::chrono::duration<double>(Clock::now() - t0).count();
+      for (uint64_t r = 0; r < rows; ++r) ++row_pushes_[w][r];
+    };
+    auto drain = [&](uint32_t w) {
+      for (auto& f : in_flight[w]) check(f.get(), fmt::format("dense_push {}", human_bytes(bytes)));
+      in_flight[w].clear();
+    };
+    run_workers(o_.workers, warmup(std::max(2, window)), op, drain);
+    std::fill(client_s.begin(), client_s.end(), 0.0);
+    const Timing t = run_workers(o_.workers, budget(), op, drain);
+    double client_total = 0.0;
+    for (double c : client_s) client_total += c;
+    // The breakdown: time inside KvClient::dense_push (encode, post), and a
+    // DenseTable of this thread applying the same rows (the server's work).
+    ps::DenseTable local(dense_schema(kDenseTable, kDenseWidth, max_rows_), 0, max_rows_);
+    const int applies = static_cast<int>(std::clamp<int64_t>(t.ops, 1, 20));
+    const auto a0 = Clock::now();
+    for (int i = 0; i < applies; ++i) (void)local.push(0, rows, g.data());
+    const double apply_s = std::chrono::duration<double>(Clock::now() - a0).count();
+    add_dense("dense_push", bytes, window, t,
+              {{"client_mb_per_s", static_cast<double>(t.ops) * static_cast<double>(bytes) / client_total / 1e6},
+               {"apply_mb_per_s", applies * static_cast<double>(bytes) / apply_s / 1e6}});
+  }
+
+  void dense_pull(size_t bytes, int window) {
+    const uint64_t rows = bytes / kRowBytes;
+    const size_t floats = rows * kDenseWidth;
+    for (auto& out : out_) out.assign(floats * static_cast<size_t>(window), -1.0f);
+    std::vector<std::deque<std::future<rdma::Status>>> in_flight(o_.workers);
+    std::vector<int> last(o_.workers, -1);
+    auto op = [&](uint32_t w, int i) {
+      auto& q = in_flight[w];
+      if (q.size() >= static_cast<size_t>(window)) {
+        check(q.front().get(), fmt::format("dense_pull {}", human_bytes(bytes)));
+        q.pop_front();
+      }
+      const size_t slot = static_cast<size_t>(i % window);
+      q.push_back(job_->worker(w).dense_pull(kDenseTable, 0, rows, out_[w].data() + slot * floats));
+      last[w] = static_cast<int>(slot);
+    };
+    auto drain = [&](uint32_t w) {
+      for (auto& f : in_flight[w]) check(f.get(), fmt::format("dense_pull {}", human_bytes(bytes)));
+      in_flight[w].clear();
+    };
+    auto verify = [&](const std::string& which) {
+      if (!o_.verify) return;
+      for (uint32_t w = 0; w < o_.workers; ++w) {
+        const float* got = out_[w].data() + static_cast<size_t>(last[w]) * floats;
+        const auto at = std::mismatch(got, got + floats, expected_dense_.data()).first - got;
+        if (at != static_cast<ptrdiff_t>(floats)) {
+          throw CaseFailure(1, fmt::format("dense_pull {} ({} pull of worker {}): float {} (row {}) is {}, want {}",
+                                           human_bytes(bytes), which, w, at, at / kDenseWidth, got[at],
+                                           expected_dense_[static_cast<size_t>(at)]));
+        }
+        std::fill(out_[w].begin(), out_[w].end(), -1.0f);  // a pull that moves nothing shows next time
+      }
+    };
+    run_workers(o_.workers, warmup(1), op, drain);
+    verify("first");
+    run_workers(o_.workers, warmup(std::max(1, window - 1)), op, drain);
+    const Timing t = run_workers(o_.workers, budget(), op, drain);
+    verify("last");
+    add_dense("dense_pull", bytes, window, t);
+  }
+
+  void add_dense(const std::string& base, size_t bytes, int window, const Timing& t,
+                 const std::vector<std::pair<std::string, double>>& extra = {}) {
+    const double mb_s = static_cast<double>(t.ops) * static_cast<double>(bytes) / t.elapsed_s / 1e6;
+    BenchRecord r = record(window > 1 ? base + "_window" : base, mb_s, "MB/s", t.ops);
+    ceiling_mb_s(r, bytes, window > 1);
+    r.with("bytes", bytes).with("rows", bytes / kRowBytes).with("in_flight", window)
+        .with("keys_per_s", static_cast<double>(t.ops) * static_cast<double>(bytes / kRowBytes) / t.elapsed_s)
+        .with("us_per_request", t.elapsed_s * 1e6 * o_.workers / static_cast<double>(t.ops));
+    for (const auto& [k, v] : extra) r.with(k, v);
+    r.with("verified", verified());
+    report_.add(std::move(r));
+    log_ << fmt::format("{} {} {} (window {}): {:.1f} MB/s, {} requests\n", provider_, base, human_bytes(bytes),
+                        window, mb_s, t.ops);
+  }
+
+  // Minus the number of pushes of each row times its gradient (SGD, lr 1).
+  std::vector<float> expected_dense() const {
+    std::vector<float> want(max_rows_ * kDenseWidth);
+    for (size_t r = 0; r < max_rows_; ++r) {
+      int64_t n = 0;
+      for (const auto& per : row_pushes_) n += per[r];
+      for (size_t c = 0; c < kDenseWidth; ++c) {
+        want[r * kDenseWidth + c] = -static_cast<float>(n) * dense_grads_[r * kDenseWidth + c];
+      }
+    }
+    return want;
+  }
+
+  // ---- sparse ------------------------------------------------------------
+
+  void sparse_push_present() {
+    const size_t n = o_.sparse_keys;
+    keys_ = make_keys(n, o_.seed * 4 + 1);
+    grads_.resize(n);
+    for (size_t j = 0; j < n; ++j) grads_[j] = sparse_grad(j);
+    std::vector<double> client_s(o_.workers, 0.0);
+    std::vector<std::deque<std::future<rdma::Status>>> in_flight(o_.workers);
+    int window = 1;
+    auto op = [&](uint32_t w, int) {
+      auto& q = in_flight[w];
+      if (q.size() >= static_cast<size_t>(window)) {
+        check(q.front().get(), "sparse_push");
+        q.pop_front();
+      }
+      const auto t0 = Clock::now();
+      q.push_back(job_->worker(w).push(kSparseTable, keys_, grads_));
+      client_s[w] += std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    auto drain = [&](uint32_t w) {
+      for (auto& f : in_flight[w]) check(f.get(), "sparse_push");
+      in_flight[w].clear();
+    };
+    int64_t pushes = run_workers(o_.workers, warmup(2), op, drain).ops;  // inserts the keys
+    std::vector<std::pair<Timing, double>> timed;  // per window: timing, client seconds
+    for (int win : {1, o_.window}) {
+      if (win < 1 || (win == 1 && !timed.empty())) continue;
+      window = win;
+      std::fill(client_s.begin(), client_s.end(), 0.0);
+      const Timing t = run_workers(o_.workers, budget(), op, drain);
+      double client_total = 0.0;
+      for (double c : client_s) client_total += c;
+      timed.emplace_back(t, client_total);
+      pushes += t.ops;
+    }
+
+    // The reference: a SparseTable of this thread fed the same pushes. Its
+    // present-key pushes are timed: the table's own apply rate.
+    reference_ = std::make_unique<ps::SparseTable>(adagrad_schema(kSparseTable));
+    const int64_t replay = o_.verify ? pushes : std::min<int64_t>(pushes, 4);
+    double apply_s = 0.0;
+    for (int64_t p = 0; p < replay; ++p) {
+      const auto t0 = Clock::now();
+      (void)reference_->push(keys_, grads_.data());
+      if (p > 0) apply_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    if (o_.verify) check_sparse(kSparseTable, keys_, *reference_, "sparse_push");
+
+    for (size_t k = 0; k < timed.size(); ++k) {
+      const auto& [t, client_total] = timed[k];
+      const int win = k == 0 ? 1 : o_.window;
+      const double keys_s = static_cast<double>(t.ops) * static_cast<double>(n) / t.elapsed_s;
+      BenchRecord r = record(win > 1 ? "sparse_push_window" : "sparse_push", keys_s, "keys/s", t.ops);
+      sparse_ceiling(r, n);
+      r.with("keys", n).with("present", "yes").with("updater", "adagrad").with("in_flight", win)
+          .with("goal", kSparseGoal).with("goal_ratio", keys_s / kSparseGoal)
+          .with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6)
+          .with("client_keys_per_s", static_cast<double>(t.ops) * static_cast<double>(n) / client_total);
+      if (replay > 1) r.with("apply_keys_per_s", static_cast<double>(replay - 1) * static_cast<double>(n) / apply_s);
+      r.with("verified", verified());
+      report_.add(std::move(r));
+      log_ << fmt::format("{} sparse_push (window {}): {:.3g} keys/s, {} pushes of {} keys\n", provider_, win, keys_s,
+                          t.ops, n);
+    }
+  }
+
+  void sparse_pull() {
+    const size_t n = o_.sparse_keys;
+    for (auto& out : out_) out.assign(n, -1.0f);
+    auto op = [&](uint32_t w, int) { check(job_->worker(w).pull(kSparseTable, keys_, out_[w].data()).get(), "sparse_pull"); };
+    std::vector<float> want(n);
+    reference_->pull(keys_, want.data());
+    auto verify = [&](const char* which) {
+      if (!o_.verify) return;
+      for (uint32_t w = 0; w < o_.workers; ++w) {
+        if (std::memcmp(out_[w].data(), want.data(), n * sizeof(float)) != 0) {
+          const size_t at = static_cast<size_t>(std::mismatch(out_[w].begin(), out_[w].end(), want.begin()).first -
+                                                out_[w].begin());
+          throw CaseFailure(1, fmt::format("sparse_pull ({} pull of worker {}): key {} reads {}, the reference {}",
+                                           which, w, keys_[at], out_[w][at], want[at]));
+        }
+        std::fill(out_[w].begin(), out_[w].end(), -1.0f);
+      }
+    };
+    run_workers(o_.workers, warmup(1), op);
+    verify("first");
+    const Timing t = run_workers(o_.workers, budget(), op);
+    verify("last");
+    const double keys_s = static_cast<double>(t.ops) * static_cast<double>(n) / t.elapsed_s;
+    BenchRecord r = record("sparse_pull", keys_s, "keys/s", t.ops);
+    sparse_ceiling(r, n);
+    r.with("keys", n).with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6).with("verified", verified());
+    report_.add(std::move(r));
+    log_ << fmt::format("{} sparse_pull: {:.3g} keys/s, {} pulls of {} keys\n", provider_, keys_s, t.ops, n);
+  }
+
+  void sparse_push_insert() {
+    const size_t n = o_.sparse_keys;
+    const int sets = std::max(1, std::min(o_.max_insert_pushes, o_.max_iterations));
+    // Fresh keys for every push: generated beforehand, off the clock.
+    std::vector<std::vector<std::vector<uint64_t>>> keys(o_.workers);
+    for (uint32_t w = 0; w < o_.workers; ++w) {
+      for (int i = 0; i <= sets; ++i) keys[w].push_back(make_keys(n, (o_.seed * 4 + 2) * 4096 + w * 1024 + i));
+    }
+    std::vector<double> client_s(o_.workers, 0.0);
+    std::vector<int> used(o_.workers, 0);  // key sets pushed by each worker
+    auto op = [&](uint32_t w, int) {
+      const auto t0 = Clock::now();
+      auto f = job_->worker(w).push(kInsertTable, keys[w][used[w]++], grads_);
+      client_s[w] += std::chrono::duration<double>(Clock::now() - t0).count();
+      check(f.get(), "sparse_push_insert");
+    };
+    run_workers(o_.workers, warmup(1), op);  // key set 0
+    std::fill(client_s.begin(), client_s.end(), 0.0);
+    Budget b = budget();
+    b.min_iterations = std::min(b.min_iterations, sets);
+    b.max_iterations = sets;
+    const Timing t = run_workers(o_.workers, b, op);
+    if (o_.verify) {
+      // Each key was pushed once: the reference is one push of each set checked.
+      for (uint32_t w = 0; w < o_.workers; ++w) {
+        for (int i : {1, used[w] - 1}) {
+          ps::SparseTable ref(adagrad_schema(kInsertTable));
+          (void)ref.push(keys[w][i], grads_.data());
+          check_sparse(kInsertTable, keys[w][i], ref, fmt::format("sparse_push_insert (worker {}, push {})", w, i));
+        }
+      }
+      size_t held = 0;
+      for (uint32_t s = 0; s < job_->servers(); ++s) held += job_->server(s).sparse_table(kInsertTable)->size();
+      const size_t want = static_cast<size_t>(t.ops + o_.workers) * n;
+      if (held != want) {
+        throw CaseFailure(1, fmt::format("sparse_push_insert: the servers hold {} keys, want {}", held, want));
+      }
+    }
+    const double keys_s = static_cast<double>(t.ops) * static_cast<double>(n) / t.elapsed_s;
+    BenchRecord r = record("sparse_push_insert", keys_s, "keys/s", t.ops);
+    sparse_ceiling(r, n);
+    double client_total = 0.0;
+    for (double c : client_s) client_total += c;
+    r.with("keys", n).with("present", "no").with("updater", "adagrad")
+        .with("goal", kSparseGoal).with("goal_ratio", keys_s / kSparseGoal)
+        .with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6)
+        .with("client_keys_per_s", static_cast<double>(t.ops) * static_cast<double>(n) / client_total)
+        .with("verified", verified());
+    report_.add(std::move(r));
+    log_ << fmt::format("{} sparse_push_insert: {:.3g} keys/s, {} pushes of {} fresh keys\n", provider_, keys_s,
+                        t.ops, n);
+  }
+
+  // Pulls `keys` from the servers and compares them bit for bit with `ref`.
+  void check_sparse(uint32_t table, const std::vector<uint64_t>& keys, const ps::SparseTable& ref,
+                    const std::string& what) {
+    std::vector<float> got(keys.size(), -1.0f), want(keys.size());
+    check(job_->worker(0).pull(table, keys, got.data()).get(), what + ": verification pull");
+    ref.pull(keys, want.data());
+    if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) {
+      const size_t at = static_cast<size_t>(std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+      throw CaseFailure(1, fmt::format("{}: key {} holds {}, the reference SparseTable {}", what, keys[at], got[at],
+                                       want[at]));
+    }
+  }
+
+  // keys/s the fabric moves at 12 bytes a key, at the fabric size nearest to
+  // the request (tagged_pingpong MB/s).
+  void sparse_ceiling(BenchRecord& r, size_t keys) const {
+    const double wire = kSparseWireBytesPerKey * static_cast<double>(keys);
+    size_t best = 0;
+    double best_d = 0.0;
+    for (const auto& [s, f] : fabric_) {
+      const double d = std::fabs(std::log(static_cast<double>(s) / wire));
+      if (f.pingpong_mb_s > 0.0 && (best == 0 || d < best_d)) {
+        best = s;
+        best_d = d;
+      }
+    }
+    if (best == 0) return;
+    ceiling_mb_s(r, best, false, 1e6 / kSparseWireBytesPerKey);
+    r.with("ceiling_bytes", best).with("wire_bytes", static_cast<int64_t>(wire));
+  }
+
+  // ---- latency -----------------------------------------------------------
+
+  void latency() {
+    std::vector<float> g(kLatencyWidth), out(kLatencyWidth);
+    for (size_t c = 0; c < kLatencyWidth; ++c) g[c] = dense_grad(c + 17);
+    int64_t pushes = 0;
+    worker::KvClient& kv = job_->worker(0);
+    auto measure = [&](bool push) {
+      std::vector<double> us;
+      auto one = [&] {
+        const auto t0 = Clock::now();
+        if (push) {
+          check(kv.dense_push(kLatencyTable, 0, 1, g).get(), "push_latency");
+          ++pushes;
+        } else {
+          check(kv.dense_pull(kLatencyTable, 0, 1, out.data()).get(), "pull_latency");
+        }
+        return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      };
+      for (int i = 0; i < 20; ++i) (void)one();
+      const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(o_.case_seconds));
+      for (int i = 0; i < o_.max_iterations && (i < o_.min_iterations || Clock::now() < deadline); ++i) {
+        us.push_back(one());
+      }
+      double sum = 0.0;
+      for (double u : us) sum += u;
+      std::sort(us.begin(), us.end());
+      const double mean = sum / static_cast<double>(us.size());
+      BenchRecord r = record(push ? "push_latency" : "pull_latency", mean, "us", static_cast<int64_t>(us.size()));
+      const auto it = fabric_.find(1024);
+      if (it != fabric_.end() && it->second.pingpong_us > 0.0) {
+        with_latency_ceiling(r, 2.0 * it->second.pingpong_us, "fabric tagged_pingpong round trip");
+        if (it->second.fi_us > 0.0) {
+          r.with("fi_pingpong", 2.0 * it->second.fi_us).with("fi_pingpong_ratio", 2.0 * it->second.fi_us / mean);
+        }
+      } else {
+        r.with("better", "lower");
+      }
+      r.with("bytes", kLatencyBytes).with("p50_us", us[us.size() / 2])
+          .with("p99_us", us[std::min(us.size() - 1, us.size() * 99 / 100)]).with("workers_active", 1)
+          .with("metric", "round trip, one request at a time").with("verified", verified());
+      if (!push && o_.verify) {
+        for (size_t c = 0; c < kLatencyWidth; ++c) {
+          const float want = -static_cast<float>(pushes) * g[c];
+          if (out[c] != want) {
+            throw CaseFailure(1, fmt::format("pull_latency: float {} is {}, want {} after {} pushes", c, out[c], want,
+                                             pushes));
+          }
+        }
+      }
+      report_.add(std::move(r));
+      log_ << fmt::format("{} {}: {:.1f} us mean round trip\n", provider_, push ? "push_latency" : "pull_latency",
+                          mean);
+    };
+    measure(true);
+    measure(false);
+  }
+
+  const KvBenchOptions& o_;
+  std::string provider_;
+  std::map<size_t, FabricFigures> fabric_;
+  BenchReport& report_;
+  std::ostream& log_;
+  KvJob* job_ = nullptr;
+
+  size_t max_rows_ = 1;
+  std::vector<float> dense_grads_;
+  std::vector<std::vector<int64_t>> row_pushes_;  // [worker][row]: dense pushes that covered the row
+  std::vector<float> expected_dense_;
+  std::vector<std::vector<float>> out_;           // per worker: pull destinations
+  std::vector<uint64_t> keys_;
+  std::vector<float> grads_;
+  std::unique_ptr<ps::SparseTable> reference_;
+};
+
+std::string check_options(const KvBenchOptions& o) {
+  if (o.providers.empty()) return "need at least one provider";
+  if (o.servers < 1 || o.workers < 1) return "need at least one server and one worker";
+  if (o.dense_sizes.empty()) return "need at least one dense size";
+  for (size_t s : o.dense_sizes) {
+    if (s == 0 || s % kRowBytes != 0) return fmt::format("dense size {} is not a positive multiple of 4 KiB", s);
+  }
+  if (o.sparse_keys == 0) return "need at least one sparse key";
+  if (o.window < 0) return "window must be >= 0";
+  if (o.case_seconds < 0.0 || o.min_iterations < 1 || o.max_iterations < o.min_iterations || o.max_insert_pushes < 1) {
+    return "need case seconds >= 0, 1 <= min iterations <= max iterations, max insert pushes >= 1";
+  }
+  return "";
+}
+
+}  // namespace
+
+size_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  if (got != 2) return 0;
+  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+int measure_kv_provider(const KvBenchOptions& o, const std::string& provider, BenchReport& report,
+                        std::ostream& log) {
+  // The fabric's figures first: bench fabric runs fi_pingpong before this
+  // process opens any endpoint of the provider (no fork after registration).
+  FabricBenchOptions fo;
+  std::set<size_t> sizes(o.dense_sizes.begin(), o.dense_sizes.end());
+  sizes.insert(1024);
+  // The power of two nearest to a sparse request's 12 bytes a key: the size
+  // its keys/s ceiling is taken from.
+  const size_t wire = static_cast<size_t>(kSparseWireBytesPerKey) * o.sparse_keys;
+  const size_t low = std::bit_floor(wire);
+  sizes.insert(wire - low <= 2 * low - wire ? low : 2 * low);
+  fo.providers = {provider};
+  fo.sizes.assign(sizes.begin(), sizes.end());
+  fo.iterations = o.fabric_iterations;
+  fo.window = std::max(o.window, 1);
+  fo.verify = o.verify;
+  fo.ceiling = o.ceiling;
+  fo.busy_poll = o.busy_poll;
+  fo.fi_pingpong = o.fi_pingpong;
+  fo.node = o.node;
+  fo.timeout = o.timeout;
+  BenchReport fabric_report;
+  const auto f0 = Clock::now();
+  const int frc = measure_fabric_provider(fo, provider, fabric_report, log);
+  log << fmt::format("{}: fabric ceilings measured in {:.1f} s{}\n", provider,
+                     std::chrono::duration<double>(Clock::now() - f0).count(),
+                     frc == 0 ? "" : " (with errors: figures without ceilings where missing)");
+  auto figures = fabric_figures(fabric_report);
+  for (const auto& [s, f] : figures) {
+    log << fmt::format("{} {}: fabric tagged_pingpong {:.1f} MB/s {:.2f} us, tagged_stream {:.1f} MB/s; "
+                       "fi_pingpong {:.1f} MB/s {:.2f} us\n",
+                       provider, human_bytes(s), f.pingpong_mb_s, f.pingpong_us, f.stream_mb_s, f.fi_mb_s, f.fi_us);
+  }
+
+  try {
+    KvCases cases(o, provider, std::move(figures), report, log);
+    KvJob job(o, provider, cases.tables());
+    cases.run(job);
+  } catch (const CaseFailure& e) {
+    log << provider << ": " << (e.code == 1 ? "verification failed: " : "error: ") << e.what() << "\n";
+    return e.code;
+  } catch (const rdma::FabricError& e) {
+    log << provider << ": error: " << e.what() << "\n";
+    return 2;
+  }
+  return frc == 1 ? 1 : 0;
+}
+
+int measure_kv_memory(const KvBenchOptions& o, BenchReport& report, std::ostream& log) {
+  const size_t n = o.memory_keys;
+  constexpr size_t kBatch = 100000;
+  std::vector<uint64_t> keys(std::min(n, kBatch));
+  std::vector<float> grads(keys.size());
+  for (size_t j = 0; j < grads.size(); ++j) grads[j] = sparse_grad(j);
+  // Hand freed heap back first, so the table cannot hide in pages that are
+  // already resident.
+  malloc_trim(0);
+  const size_t before = resident_bytes();
+  const auto t0 = Clock::now();
+  auto table = std::make_unique<ps::SparseTable>(adagrad_schema(0));
+  for (size_t done = 0; done < n; done += keys.size()) {
+    const size_t m = std::min(keys.size(), n - done);
+    for (size_t j = 0; j < m; ++j) keys[j] = scramble(((o.seed * 4 + 3) << 40) + done + j);
+    (void)table->push(std::span<const uint64_t>(keys.data(), m), grads.data());
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const size_t after = resident_bytes();
+  const double per_key = (static_cast<double>(after) - static_cast<double>(before)) / static_cast<double>(n);
+  BenchRecord r("kv", "sparse_memory", per_key, "B/key");
+  with_latency_ceiling(r, kMemoryGoal, "goal");  // lower is better: ratio = goal / value
+  r.with("keys", n).with("width", 1).with("updater", "adagrad")
+      .with("table_bytes_per_key", static_cast<double>(table->memory_bytes()) / static_cast<double>(n))
+      .with("resident_before", before).with("resident_after", after)
+      .with("insert_keys_per_s", static_cast<double>(n) / seconds)
+      .with("metric", "(resident after - before) / keys, /proc/self/statm");
+  const bool lost = table->size() != n;
+  r.with("verified", lost ? "failed" : "yes");
+  report.add(std::move(r));
+  log << fmt::format("sparse_memory: {} keys, {:.2f} B/key resident, {:.2f} B/key by the table's count, {:.1f} s\n", n,
+                     per_key, static_cast<double>(table->memory_bytes()) / static_cast<double>(n), seconds);
+  if (lost) {
+    log << fmt::format("sparse_memory: verification failed: the table holds {} keys, want {}\n", table->size(), n);
+    return 1;
+  }
+  return 0;
+}
+
+int run_kv_bench(const KvBenchOptions& o, std::ostream& out) {
+  if (const std::string err = check_options(o); !err.empty()) {
+    out << "bench kv: " << err << "\n";
+    return 2;
+  }
+  out << fmt::format("bench kv: {} server(s), {} worker(s), {} s per case, sparse {} keys, window {}, {}\n",
+                     o.servers, o.workers, o.case_seconds, o.sparse_keys, o.window,
+                     o.busy_poll ? "busy polling endpoints" : "adaptive progress threads");
+  BenchReport report;
+  int rc = 0;
+  for (const auto& p : o.providers) rc = std::max(rc, measure_kv_provider(o, p, report, out));
+  if (o.memory_keys > 0) rc = std::max(rc, measure_kv_memory(o, report, out));
+  out << "\nratio: value / ceiling for MB/s and keys/s, ceiling / value for us and B/key (lower is better); >= 1 is "
+         "as good as the ceiling.\nceilings: bench fabric's tagged_pingpong (one request at a time) or tagged_stream "
+         "(window) of the same size and provider, measured in this run; sparse keys/s: that MB/s / 12 bytes a key; "
+         "latency: its 1 KiB round trip; sparse_memory: the 24 B/key goal.\n";
+  report.print_table(out);
+  if (!o.json_path.empty()) report.write_json_lines(o.json_path);
+  return rc;
+}
+
+}  // namespace parafab::benchmarks

@@ -178,6 +178,8 @@ struct Endpoint::Impl {
   // sender's order; takes mu_ then inbox_mu_, one after the other.
   void deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message);
   void push_inbox(std::vector<Message>& ready);
+  // Moves the messages now in order out of `po` into `ready` (mu_ held).
+  void drain_locked(PeerOrder& po, std::vector<Message>& ready);
   void sweep_deadlines();
   void repost(size_t slot);
   int post_pool_buffer(size_t slot);

@@ -77,18 +77,22 @@ void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optio
     }
     const bool had_gap = !po.held.empty();
     po.held.emplace(sequence, std::move(message));
-    while (!po.held.empty() && po.held.begin()->first == po.next_deliver) {
-      if (po.held.begin()->second) {
-        ++stats.messages_received;
-        stats.bytes_received += po.held.begin()->second->data.size();
-        ready.push_back(std::move(*po.held.begin()->second));
-      }
-      po.held.erase(po.held.begin());
-      ++po.next_deliver;
-    }
+    drain_locked(po, ready);
     if (!po.held.empty() && (!had_gap || !ready.empty())) po.gap_since = Clock::now();
   }
   push_inbox(ready);
+}
+
+void Endpoint::Impl::drain_locked(PeerOrder& po, std::vector<Message>& ready) {
+  while (!po.held.empty() && po.held.begin()->first == po.next_deliver) {
+    if (po.held.begin()->second) {
+      ++stats.messages_received;
+      stats.bytes_received += po.held.begin()->second->data.size();
+      ready.push_back(std::move(*po.held.begin()->second));
+    }
+    po.held.erase(po.held.begin());
+    ++po.next_deliver;
+  }
 }
 
 void Endpoint::Impl::push_inbox(std::vector<Message>& ready) {
@@ -263,15 +267,7 @@ void Endpoint::Impl::sweep_deadlines() {
       if (po.held.empty() || now - po.gap_since < options.timeout) continue;
       stats.skipped_in_order += po.held.begin()->first - po.next_deliver;
       po.next_deliver = po.held.begin()->first;
-      while (!po.held.empty() && po.held.begin()->first == po.next_deliver) {
-        if (po.held.begin()->second) {
-          ++stats.messages_received;
-          stats.bytes_received += po.held.begin()->second->data.size();
-          ready.push_back(std::move(*po.held.begin()->second));
-        }
-        po.held.erase(po.held.begin());
-        ++po.next_deliver;
-      }
+      drain_locked(po, ready);
       po.gap_since = now;
     }
   }

@@ -25,22 +25,9 @@ using Clock = std::chrono::steady_clock;
 using testing::options_for;
 using testing::pattern;
 using testing::pattern_byte;
+using testing::from_hex;
+using testing::to_hex;
 
-std::string to_hex(const std::vector<std::byte>& v) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (std::byte b : v) {
-    s += d[static_cast<unsigned>(b) >> 4];
-    s += d[static_cast<unsigned>(b) & 15];
-  }
-  return s;
-}
-
-std::vector<std::byte> from_hex(const std::string& s) {
-  std::vector<std::byte> v(s.size() / 2);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::byte>(std::stoul(s.substr(2 * i, 2), nullptr, 16));
-  return v;
-}
 
 // The child with pipes to its stdin and stdout; killed and reaped on scope exit.
 class PeerProcess {

@@ -62,4 +62,21 @@ inline int64_t first_mismatch(std::span<const std::byte> got, uint64_t peer, uin
   return -1;
 }
 
+// Address blobs and keys as hex text, to pass them through a pipe.
+inline std::string to_hex(const std::vector<std::byte>& v) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (std::byte b : v) {
+    s += d[static_cast<unsigned>(b) >> 4];
+    s += d[static_cast<unsigned>(b) & 15];
+  }
+  return s;
+}
+
+inline std::vector<std::byte> from_hex(const std::string& s) {
+  std::vector<std::byte> v(s.size() / 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::byte>(std::stoul(s.substr(2 * i, 2), nullptr, 16));
+  return v;
+}
+
 }  // namespace parafab::rdma::testing

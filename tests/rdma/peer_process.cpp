@@ -12,26 +12,6 @@
 #include "rdma/endpoint.h"
 #include "tests/rdma/endpoint_test_util.h"
 
-namespace {
-
-std::string to_hex(const std::vector<std::byte>& v) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (std::byte b : v) {
-    s += d[static_cast<unsigned>(b) >> 4];
-    s += d[static_cast<unsigned>(b) & 15];
-  }
-  return s;
-}
-
-std::vector<std::byte> from_hex(const std::string& s) {
-  std::vector<std::byte> v(s.size() / 2);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::byte>(std::stoul(s.substr(2 * i, 2), nullptr, 16));
-  return v;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace parafab::rdma;
   if (argc != 2) {
@@ -43,6 +23,8 @@ int main(int argc, char** argv) {
   MemoryRegion mr = ep.register_memory(region.data(), region.size(), kRemoteRead);
   std::vector<std::byte> key(RemoteKey::kEncodedBytes);
   mr.remote_key().encode(key.data());
+  using parafab::rdma::testing::from_hex;
+  using parafab::rdma::testing::to_hex;
   std::cout << to_hex(ep.address()) << "\n" << to_hex(key) << std::endl;
   std::string peer;
   if (!std::getline(std::cin, peer)) return 1;

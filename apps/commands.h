@@ -22,6 +22,7 @@ void add_scheduler_command(CLI::App& root, CommandContext& ctx);
 void add_server_command(CLI::App& root, CommandContext& ctx);
 void add_worker_command(CLI::App& root, CommandContext& ctx);
 void add_launch_command(CLI::App& root, CommandContext& ctx);
+void add_node_command(CLI::App& root, CommandContext& ctx);
 
 // Runs body, turning every exception into "parafab <cmd>: error: ..." on
 // stderr and exit status 1 (2 for std::invalid_argument: bad flags).

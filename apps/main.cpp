@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   add_server_command(app, ctx);
   add_worker_command(app, ctx);
   add_launch_command(app, ctx);
+  add_node_command(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

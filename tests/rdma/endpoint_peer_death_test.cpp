@@ -98,6 +98,7 @@ TEST_P(PeerDeath, AcrossProcessesThenKilledMidTransferEveryOperationFailsWithinT
   ASSERT_FALSE(addr.empty()) << "the peer process printed no address";
   ep.add_peer(1, from_hex(addr));
   child.write_line(to_hex(ep.address()));
+  ASSERT_EQ(child.read_line(), "ready") << "the peer process did not add our address";
 
   // Alive: an echo of a chunked message, and an RMA read of its region.
   const auto msg = pattern(0, 1, 300 * 1024 + 1);

@@ -57,7 +57,9 @@ TEST_P(EndpointRma, ReadAndWriteEveryByteAtAnOddOffset) {
   }
   // Bytes around the window are untouched.
   EXPECT_EQ(shard[offset - 1], pattern_byte(1, 0, offset - 1));
-  if (offset + bytes < kRegion) EXPECT_EQ(shard[offset + bytes], pattern_byte(1, 0, offset + bytes));
+  if (offset + bytes < kRegion) {
+    EXPECT_EQ(shard[offset + bytes], pattern_byte(1, 0, offset + bytes));
+  }
   EXPECT_EQ(eps[0]->stats().rma_bytes, 2 * bytes);
 }
 

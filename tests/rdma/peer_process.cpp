@@ -1,7 +1,7 @@
 // A second process for the rdma tests: opens an endpoint, prints its
 // address and a registered region's key (hex, one line each), reads the
-// test's address from stdin, then receives and answers until killed or
-// until stdin closes.
+// test's address from stdin, adds it and prints "ready", then echoes every
+// message until killed or until stdin closes.
 //   rdma_peer_process PROVIDER
 #include <chrono>
 #include <cstdio>
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   std::string peer;
   if (!std::getline(std::cin, peer)) return 1;
   ep.add_peer(0, from_hex(peer));
+  // Only now would a message from the test be accepted (unknown senders are dropped).
+  std::cout << "ready" << std::endl;
   // Echo every message back until stdin closes (or a SIGKILL).
   for (;;) {
     auto m = ep.receive(std::chrono::milliseconds(100));

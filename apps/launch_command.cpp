@@ -5,16 +5,35 @@
 // their output with "[role rank] " prefixes, turns Ctrl-C into SIGTERM for
 // all of them, and exits 0 only when every process did.
 //
+// With --hostfile, the same job over ssh: each process is
+// `ssh HOST ... parafab node -- COMMAND` on the host the round-robin
+// placement gives it (ssh_hosts.h), with PARAFAB_ROLE and PARAFAB_RANK set,
+// so `parafab node` becomes the scheduler (listening on the fixed --port),
+// a server or the worker command, and servers and workers wait for the
+// scheduler's port themselves (processes started over ssh come up in no
+// set order, and no port file can be read back). The job token goes to a
+// 0600 file in a fresh directory under --job-dir, which must be on storage
+// every host sees. Each ssh client's stdin is one pipe that launch holds
+// open; closing it (to stop the job, or launch dying) ends every remote
+// process (ssh_hosts.cpp explains the remote wrapper).
+//
 // Launch itself opens no fabric: children are forked from a process that
 // has registered no memory (DESIGN.md).
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 
@@ -22,6 +41,7 @@
 #include "apps/job_dir.h"
 #include "apps/process_group.h"
 #include "apps/signal_pipe.h"
+#include "apps/ssh_hosts.h"
 #include "apps/table_spec.h"
 #include "ps/consistency.h"
 #include "ps/job_token.h"
@@ -42,7 +62,26 @@ struct LaunchFlags {
   double timeout_s = 0;  // whole job; 0: none
   double grace_s = 5;
   std::vector<std::string> command;
+  // --hostfile mode only (ssh):
+  std::string hostfile;
+  int ssh_port = 0;  // 0: ssh's default (or the host's :PORT)
+  std::vector<std::string> ssh_options;
+  std::string ssh_program = "ssh";
+  std::string remote_bin;  // else this binary's absolute path
+  std::string job_dir;     // else ./.parafab
+  int port = 9737;         // the scheduler's, fixed
+  bool port_given = false;
+  std::string bind;   // else the first host when it is an IP address, else 0.0.0.0
+  std::string iface;  // the fabric's interface on every host (parafab node --iface)
+  std::vector<std::string> env;  // NAME or NAME=VALUE, for the remote processes
 };
+
+extern "C" char** environ;
+
+bool is_ip_address(const std::string& text) {
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, text.c_str(), buf) == 1 || inet_pton(AF_INET6, text.c_str(), buf) == 1;
+}
 
 void say(const std::string& text) { std::fprintf(stderr, "launch: %s\n", text.c_str()); }
 
@@ -63,6 +102,28 @@ void validate(LaunchFlags& f) {
   if (f.grace_s < 0) throw std::invalid_argument(fmt::format("--grace {}: must be >= 0", f.grace_s));
   (void)ps::ConsistencyModel::parse(f.consistency);
   for (const std::string& spec : f.tables) (void)parse_table_spec(spec);
+  if (f.hostfile.empty()) {
+    const std::pair<bool, const char*> ssh_only[] = {
+        {f.ssh_port != 0, "--ssh-port"}, {!f.ssh_options.empty(), "--ssh-option"}, {f.ssh_program != "ssh", "--ssh"},
+        {!f.remote_bin.empty(), "--remote-bin"}, {!f.job_dir.empty(), "--job-dir"}, {f.port_given, "--port"},
+        {!f.bind.empty(), "--bind"}, {!f.iface.empty(), "--iface"}, {!f.env.empty(), "--env"}};
+    for (const auto& [given, name] : ssh_only) {
+      if (given) throw std::invalid_argument(fmt::format("{} needs --hostfile (it is for jobs started over ssh)", name));
+    }
+  } else {
+    for (std::string& e : f.env) {
+      const size_t eq = e.find('=');
+      const std::string name = e.substr(0, eq);
+      if (name.empty() || name.find_first_of(" \t'\"$") != std::string::npos) {
+        throw std::invalid_argument(fmt::format("--env '{}': expected NAME or NAME=VALUE", e));
+      }
+      if (eq == std::string::npos) {
+        const char* v = std::getenv(name.c_str());
+        if (v == nullptr) throw std::invalid_argument(fmt::format("--env {}: {} is not set here", name, name));
+        e = name + "=" + v;
+      }
+    }
+  }
   if (f.provider.empty()) {
     const char* v = std::getenv("PARAFAB_PROVIDER");
     f.provider = v != nullptr && *v != '\0' ? v : "tcp;ofi_rxm";
@@ -87,36 +148,214 @@ std::string name_of(int sig) {
   }
 }
 
-std::string who(const ProcessGroup::Child& c) { return fmt::format("{} (pid {})", c.label, c.pid); }
-
-// The processes still running, for a message.
-std::string still_running(const ProcessGroup& g) {
-  std::string s;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (!g.child(i).exited) s += (s.empty() ? "" : ", ") + who(g.child(i));
+// The job token for a job over ssh: a fresh directory (mkdtemp, 0700) under
+// `base`, which every host must see at the same path, holding the token in
+// a 0600 file. Removed with its contents when the object goes.
+class SharedJobDir {
+ public:
+  SharedJobDir(const std::string& base, const ps::JobToken& token) {
+    std::error_code ec;
+    if (!std::filesystem::exists(base, ec)) {
+      std::filesystem::create_directories(base, ec);
+      if (ec) throw std::runtime_error(fmt::format("--job-dir {}: cannot make it: {}", base, ec.message()));
+      ::chmod(base.c_str(), 0700);
+    }
+    std::string tmpl = base + "/job-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      throw std::runtime_error(fmt::format("--job-dir {}: cannot make a job directory in it: {}", base,
+                                           std::strerror(errno)));
+    }
+    path_ = tmpl;
+    const std::string file = token_file();
+    const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && fchmod(fd, 0600) == 0;
+    const std::string text = token.secret() + "\n";
+    ok = ok && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    const int err = errno;
+    if (fd >= 0) ok = close(fd) == 0 && ok;
+    if (!ok) {
+      std::filesystem::remove_all(path_, ec);
+      throw std::runtime_error(fmt::format("cannot write the job token to {}: {}", file, std::strerror(err)));
+    }
   }
-  return s;
-}
+  ~SharedJobDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  SharedJobDir(const SharedJobDir&) = delete;
+  SharedJobDir& operator=(const SharedJobDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string token_file() const { return path_ + "/token"; }
+
+ private:
+  std::string path_;
+};
+
+// The pipe every ssh client reads as its stdin. Launch never writes to it;
+// closing the write end (stop, or launch's death) gives every ssh client
+// EOF, which it passes to its remote side. The read end is inherited by the
+// children (not close-on-exec) and closed here once they have started.
+class SessionPipe {
+ public:
+  SessionPipe() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe2: {}", std::strerror(errno)));
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+    fcntl(read_fd_, F_SETFD, 0);
+  }
+  ~SessionPipe() {
+    close_read();
+    close_write();
+  }
+  SessionPipe(const SessionPipe&) = delete;
+  SessionPipe& operator=(const SessionPipe&) = delete;
+
+  int read_fd() const { return read_fd_; }
+  void close_read() {
+    if (read_fd_ >= 0) close(read_fd_);
+    read_fd_ = -1;
+  }
+  // True when it was open.
+  bool close_write() {
+    if (write_fd_ < 0) return false;
+    close(write_fd_);
+    write_fd_ = -1;
+    return true;
+  }
+
+ private:
+  int read_fd_ = -1, write_fd_ = -1;
+};
 
 class Launch {
  public:
-  explicit Launch(LaunchFlags f)
-      : f_(std::move(f)), signals_({SIGINT, SIGTERM, SIGCHLD}), dir_(token_), group_(signals_.fd()) {}
+  explicit Launch(LaunchFlags f) : f_(std::move(f)), signals_({SIGINT, SIGTERM, SIGCHLD}), group_(signals_.fd()) {}
 
-  int run() {
+  int run() { return f_.hostfile.empty() ? run_local() : run_ssh(); }
+
+ private:
+  std::string who(size_t i) const {
+    const ProcessGroup::Child& c = group_.child(i);
+    if (i < host_of_.size()) return fmt::format("{} on {} (pid {})", c.label, host_of_[i], c.pid);
+    return fmt::format("{} (pid {})", c.label, c.pid);
+  }
+
+  // How child i ended; for an ssh client, what its exit status means.
+  std::string end_of(size_t i) const {
+    const ProcessGroup::Child& c = group_.child(i);
+    if (i < host_of_.size() && c.exited && WIFEXITED(c.wait_status)) return describe_ssh_exit(WEXITSTATUS(c.wait_status));
+    return c.describe_end();
+  }
+
+  // The processes still running, for a message.
+  std::string still_running() const {
+    std::string s;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (!group_.child(i).exited) s += (s.empty() ? "" : ", ") + who(i);
+    }
+    return s;
+  }
+
+  int run_ssh() {
+    const std::vector<SshHost> hosts = read_hostfile(f_.hostfile);
+    const size_t processes = 1 + static_cast<size_t>(f_.servers) + static_cast<size_t>(f_.workers);
+    const std::vector<size_t> at = place_round_robin(hosts, processes, f_.hostfile);
+    std::error_code ec;
+    const std::string cwd = std::filesystem::current_path(ec).string();
+    if (ec) throw std::runtime_error("cannot read the current directory: " + ec.message());
+    const std::string job_base = f_.job_dir.empty() ? cwd + "/.parafab" : std::filesystem::absolute(f_.job_dir).string();
+    shared_.emplace(job_base, token_);
+    const SshHost& first = hosts[0];
+    const std::string bind = !f_.bind.empty() ? f_.bind : is_ip_address(first.address) ? first.address : "0.0.0.0";
+    const std::string scheduler = fmt::format("{}:{}", first.address, f_.port);
+    const std::string remote_bin = f_.remote_bin.empty() ? self_exe() : f_.remote_bin;
+    const ps::ConsistencyModel consistency = ps::ConsistencyModel::parse(f_.consistency);
+    say(fmt::format("{} servers ({}), {} workers on {} host{} from {}, provider {}, scheduler {} (bind {}), job token "
+                    "{} in {} (must be shared with every host), join timeout {} s, timeout {}",
+                    f_.servers, consistency.to_string(), f_.workers, hosts.size(), hosts.size() == 1 ? "" : "s",
+                    f_.hostfile, f_.provider, scheduler, bind, token_.fingerprint(), shared_->path(), f_.join_timeout_s,
+                    f_.timeout_s > 0 ? fmt::format("{} s", f_.timeout_s) : "none"));
+
+    // sshd starts the remote command with a fresh environment: the job's
+    // variables, libfabric's (FI_*, so every process configures the fabric
+    // alike) and --env travel on its command line.
+    std::vector<std::string> env = {"PARAFAB_TOKEN_FILE=" + shared_->token_file(), "PARAFAB_PROVIDER=" + f_.provider,
+                                    fmt::format("PARAFAB_NUM_SERVERS={}", f_.servers),
+                                    fmt::format("PARAFAB_NUM_WORKERS={}", f_.workers),
+                                    "PARAFAB_SCHEDULER=" + scheduler};
+    for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+      if (std::strncmp(*p, "FI_", 3) == 0) env.emplace_back(*p);
+    }
+    env.insert(env.end(), f_.env.begin(), f_.env.end());
+    std::vector<std::string> node = {remote_bin,
+                                     "node",
+                                     "--launcher",
+                                     "parafab",
+                                     "--servers",
+                                     std::to_string(f_.servers),
+                                     "--workers",
+                                     std::to_string(f_.workers),
+                                     "--port",
+                                     std::to_string(f_.port),
+                                     "--bind",
+                                     bind,
+                                     "--consistency",
+                                     f_.consistency,
+                                     "--join-timeout",
+                                     fmt::format("{}", f_.join_timeout_s)};
+    if (!f_.iface.empty()) node.insert(node.end(), {"--iface", f_.iface});
+    for (const std::string& t : f_.tables) node.insert(node.end(), {"--table", t});
+    node.push_back("--");
+    node.insert(node.end(), f_.command.begin(), f_.command.end());
+
+    SshOptions ssh;
+    ssh.program = f_.ssh_program;
+    if (f_.ssh_port != 0) ssh.port = static_cast<uint16_t>(f_.ssh_port);
+    ssh.options = f_.ssh_options;
+    session_.emplace();
+    // ProcessGroup gives every child /dev/null as stdin; a local shell moves
+    // the inherited read end of the session pipe there before exec'ing ssh.
+    const std::string fd = std::to_string(session_->read_fd());
+    const std::string to_stdin = "exec 0<&" + fd + " " + fd + "<&-; exec \"$@\"";
+
+    for (size_t g = 0; g < processes; ++g) {
+      const bool is_scheduler = g == 0, is_server = g >= 1 && g <= static_cast<size_t>(f_.servers);
+      const size_t rank = is_scheduler ? 0 : is_server ? g - 1 : g - 1 - static_cast<size_t>(f_.servers);
+      const std::string role = is_scheduler ? "scheduler" : is_server ? "server" : "worker";
+      std::vector<std::string> e = env;
+      e.push_back("PARAFAB_ROLE=" + role);
+      e.push_back(fmt::format("PARAFAB_RANK={}", rank));
+      std::vector<std::string> argv = {"/bin/sh", "-c", to_stdin, "parafab-ssh"};
+      const std::vector<std::string> s = ssh_argv(hosts[at[g]], ssh, remote_command(cwd, f_.grace_s, e, node));
+      argv.insert(argv.end(), s.begin(), s.end());
+      host_of_.push_back(hosts[at[g]].destination);
+      const size_t i = group_.start(is_scheduler ? role : fmt::format("{} {}", role, rank), argv, {});
+      if (!is_scheduler && !is_server) workers_.push_back(i);
+    }
+    session_->close_read();
+    std::string started;
+    for (size_t i = 0; i < group_.size(); ++i) started += (i == 0 ? "" : ", ") + who(i);
+    say(fmt::format("started {}", started));
+    return supervise();
+  }
+
+  int run_local() {
+    const JobDir& dir = dir_.emplace(token_);
     const ps::ConsistencyModel consistency = ps::ConsistencyModel::parse(f_.consistency);
     say(fmt::format("{} servers ({}), {} workers, provider {}, job token {} in {}, join timeout {} s, timeout {}",
-                    f_.servers, consistency.to_string(), f_.workers, f_.provider, token_.fingerprint(), dir_.path(),
+                    f_.servers, consistency.to_string(), f_.workers, f_.provider, token_.fingerprint(), dir.path(),
                     f_.join_timeout_s, f_.timeout_s > 0 ? fmt::format("{} s", f_.timeout_s) : "none"));
     const std::string self = self_exe();
     const std::string join = fmt::format("{}", f_.join_timeout_s);
-    std::vector<std::string> env = {"PARAFAB_TOKEN_FILE=" + dir_.token_file(), "PARAFAB_PROVIDER=" + f_.provider,
+    std::vector<std::string> env = {"PARAFAB_TOKEN_FILE=" + dir.token_file(), "PARAFAB_PROVIDER=" + f_.provider,
                                     fmt::format("PARAFAB_NUM_SERVERS={}", f_.servers),
                                     fmt::format("PARAFAB_NUM_WORKERS={}", f_.workers)};
 
     std::vector<std::string> sched = {
         self,     "scheduler", "--servers",   std::to_string(f_.servers), "--workers",      std::to_string(f_.workers),
-        "--port", "0",         "--port-file", dir_.port_file(),           "--join-timeout", join};
+        "--port", "0",         "--port-file", dir.port_file(),           "--join-timeout", join};
     for (const std::string& t : f_.tables) {
       sched.push_back("--table");
       sched.push_back(t);
@@ -138,12 +377,11 @@ class Launch {
                                       with(env, {"PARAFAB_ROLE=worker", fmt::format("PARAFAB_RANK={}", j)})));
     }
     std::string started;
-    for (size_t i = 0; i < group_.size(); ++i) started += (i == 0 ? "" : ", ") + who(group_.child(i));
+    for (size_t i = 0; i < group_.size(); ++i) started += (i == 0 ? "" : ", ") + who(i);
     say(fmt::format("started {}", started));
     return supervise();
   }
 
- private:
   static std::vector<std::string> with(std::vector<std::string> env, std::initializer_list<std::string> more) {
     env.insert(env.end(), more);
     return env;
@@ -159,14 +397,37 @@ class Launch {
   }
 
   // SIGTERM to everything still running, SIGKILL after the grace (or at a
-  // second Ctrl-C).
+  // second Ctrl-C). Over ssh, the remote processes are stopped first by
+  // closing the ssh clients' stdin (their wrappers then send SIGTERM and,
+  // after the grace, SIGKILL, and ssh exits with the status); only ssh
+  // clients still running kSshMargin after that are signalled here.
   void stop_all() {
+    bool hurried = false;
+    if (session_ && session_->close_write()) {
+      const size_t n = group_.running();
+      if (n > 0) {
+        say(fmt::format("stopping {} remote process{}: closing their ssh sessions (SIGTERM, then SIGKILL after {} s)",
+                        n, n == 1 ? "" : "es", f_.grace_s));
+      }
+      const auto deadline = Clock::now() + seconds_ms(f_.grace_s) + kSshMargin;
+      while (group_.running() > 0 && Clock::now() < deadline) {
+        (void)group_.wait(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()) + milliseconds(1));
+        if (const int s = take_interrupt()) {
+          say(fmt::format("{} again: killing the ssh clients of {}", name_of(s), still_running()));
+          hurried = true;
+          break;
+        }
+      }
+    }
+    const milliseconds grace = hurried ? milliseconds(0) : session_ ? milliseconds(1000) : seconds_ms(f_.grace_s);
     const size_t n = group_.running();
-    if (n > 0)
-      say(fmt::format("stopping {} process{} (SIGTERM, then SIGKILL after {} s)", n, n == 1 ? "" : "es", f_.grace_s));
-    group_.stop(seconds_ms(f_.grace_s), [this] {
+    if (n > 0 && !hurried) {
+      say(fmt::format("stopping {} {}process{} (SIGTERM, then SIGKILL after {} s)", n, session_ ? "ssh " : "",
+                      n == 1 ? "" : "es", grace.count() / 1000.0));
+    }
+    group_.stop(grace, [this] {
       if (const int s = take_interrupt()) {
-        say(fmt::format("{} again: killing {}", name_of(s), still_running(group_)));
+        say(fmt::format("{} again: killing {}", name_of(s), still_running()));
         return true;
       }
       return false;
@@ -183,17 +444,17 @@ class Launch {
   std::optional<int> wait_for_port(size_t scheduler, std::optional<uint16_t>& port) {
     const auto deadline = Clock::now() + seconds_ms(f_.join_timeout_s);
     for (;;) {
-      port = dir_.read_port();
+      port = dir_->read_port();
       if (port) return std::nullopt;
       if (const int s = take_interrupt()) return interrupted(s);
       const ProcessGroup::Child& c = group_.child(scheduler);
       if (c.exited) {
-        say(fmt::format("{} failed before listening: {}; its last output:{}", who(c), c.describe_end(),
+        say(fmt::format("{} failed before listening: {}; its last output:{}", who(scheduler), c.describe_end(),
                         group_.tail(scheduler)));
         return 1;
       }
       if (Clock::now() >= deadline) {
-        say(fmt::format("{} did not write its port file within {} s; its last output:{}", who(c), f_.join_timeout_s,
+        say(fmt::format("{} did not write its port file within {} s; its last output:{}", who(scheduler), f_.join_timeout_s,
                         group_.tail(scheduler)));
         stop_all();
         return 1;
@@ -217,7 +478,7 @@ class Launch {
       for (const size_t i : ended) {
         const ProcessGroup::Child& c = group_.child(i);
         if (!c.succeeded()) {
-          say(fmt::format("{} failed: {}", who(c), c.describe_end()));
+          say(fmt::format("{} failed: {}", who(i), end_of(i)));
           failed = true;
         }
       }
@@ -238,27 +499,35 @@ class Launch {
         others_deadline = now + seconds_ms(f_.join_timeout_s);
       }
       if (now >= others_deadline) {
-        say(fmt::format("every worker exited 0, but {} still running {} s later", still_running(group_),
+        say(fmt::format("every worker exited 0, but {} still running {} s later", still_running(),
                         f_.join_timeout_s));
         stop_all();
         return 1;
       }
       if (now >= job_deadline) {
-        say(fmt::format("the job ran past --timeout {} s; still running: {}", f_.timeout_s, still_running(group_)));
+        say(fmt::format("the job ran past --timeout {} s; still running: {}", f_.timeout_s, still_running()));
         stop_all();
         return 1;
       }
     }
   }
 
+  // Over ssh, how long past the grace the ssh clients get to report the
+  // remote side's end before they are signalled.
+  static constexpr milliseconds kSshMargin{5000};
+
   LaunchFlags f_;
-  // Destroyed in reverse: the children are killed and reaped (group_)
-  // before the token's directory goes, and both before the handlers.
+  // Destroyed in reverse: the ssh sessions' stdin closes first (the remote
+  // processes begin to stop), then the children are killed and reaped
+  // (group_) before the token's directory goes, and all before the handlers.
   SignalPipe signals_;
   ps::JobToken token_ = ps::JobToken::generate();
-  JobDir dir_;
+  std::optional<JobDir> dir_;            // local
+  std::optional<SharedJobDir> shared_;  // over ssh
   ProcessGroup group_;
   std::vector<size_t> workers_;
+  std::vector<std::string> host_of_;  // over ssh: each child's host
+  std::optional<SessionPipe> session_;
 };
 
 }  // namespace
@@ -267,7 +536,8 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   auto f = std::make_shared<LaunchFlags>();
   CLI::App* cmd = root.add_subcommand(
       "launch",
-      "Run a whole job on this host: the scheduler, --servers servers and --workers copies of the command after --");
+      "Run a whole job on this host (or over ssh on the hosts of --hostfile): the scheduler, --servers servers and "
+      "--workers copies of the command after --");
   cmd->add_option("--servers", f->servers, "Parameter servers to start")->capture_default_str();
   cmd->add_option("--workers", f->workers, "Copies of the worker command to start")->capture_default_str();
   cmd->add_option("--provider", f->provider,
@@ -286,6 +556,32 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--timeout", f->timeout_s, "Seconds the whole job may run (0: no limit)")->capture_default_str();
   cmd->add_option("--grace", f->grace_s, "Seconds between SIGTERM and SIGKILL when stopping the job")
       ->capture_default_str();
+  cmd->add_option("--hostfile", f->hostfile,
+                  "Start the processes over ssh on the hosts of FILE (a line: [user@]HOST[:SSH_PORT] [slots=N]; # "
+                  "comments), round-robin, the scheduler on the first; see docs/cluster.md");
+  cmd->add_option("--ssh-port", f->ssh_port, "With --hostfile: sshd's port on hosts without :PORT in the file")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("--ssh-option", f->ssh_options, "With --hostfile: an ssh -o option, e.g. IdentityFile=~/.ssh/k (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--ssh", f->ssh_program, "With --hostfile: the ssh client to run")->capture_default_str();
+  cmd->add_option("--remote-bin", f->remote_bin,
+                  "With --hostfile: the parafab binary on the hosts (default: this binary's absolute path)");
+  cmd->add_option("--job-dir", f->job_dir,
+                  "With --hostfile: where the job token goes (a fresh 0600 file in a new directory), on storage every "
+                  "host sees at the same path (default: ./.parafab)");
+  CLI::Option* port = cmd->add_option("--port", f->port, "With --hostfile: the scheduler's TCP port on the first host")
+                          ->check(CLI::Range(1, 65535))
+                          ->capture_default_str();
+  cmd->add_option("--bind", f->bind,
+                  "With --hostfile: the address the scheduler listens on (default: the first host when it is an IP "
+                  "address, else 0.0.0.0)");
+  cmd->add_option("--iface", f->iface,
+                  "With --hostfile: bind servers' and workers' fabric endpoints to this interface's address on each "
+                  "host (parafab node --iface)");
+  cmd->add_option("--env", f->env,
+                  "With --hostfile: a variable for the remote processes, NAME=VALUE or NAME (its value here) "
+                  "(repeatable; FI_* variables go along by default)")
+      ->allow_extra_args(false);
   cmd->add_option("command", f->command,
                   "The worker command and its arguments, after --; it finds the job in PARAFAB_SCHEDULER, "
                   "PARAFAB_TOKEN_FILE, PARAFAB_PROVIDER, PARAFAB_ROLE, PARAFAB_RANK, PARAFAB_NUM_SERVERS, "
@@ -293,10 +589,13 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   cmd->footer(
       "Each line of a process's output is printed with its role and rank: [scheduler], [server 0], [worker 2]. "
       "SIGINT or SIGTERM stops every process (SIGTERM, then SIGKILL after --grace). Exit status: 0 when every "
-      "process exited 0; 1 when one failed (it is named); 2 for bad flags; 128+N after signal N.");
-  cmd->callback([f, &ctx] {
+      "process exited 0; 1 when one failed (it is named, with its host under --hostfile); 2 for bad flags; 128+N "
+      "after signal N. Under --hostfile each process is `ssh HOST ... parafab node -- COMMAND` in the same working "
+      "directory, and ends when its ssh session does.");
+  cmd->callback([f, port, &ctx] {
     ctx.exit_code = run_guarded("launch", [&] {
       LaunchFlags flags = *f;
+      flags.port_given = port->count() > 0;
       validate(flags);
       Launch launch(std::move(flags));
       return launch.run();

@@ -5,7 +5,9 @@
 # munged, slurmctld and slurmd on 127.0.0.1 with it, runs one job step
 #   srun -O -n 6 parafab node --servers 2 --workers 3 ... -- parafab worker ...
 # (-O: overcommit, six tasks on two CPUs), checks that every process exited 0
-# and every worker found every value, and stops the daemons in every case.
+# and every worker found every value; then trains lr with srun -n 5 (2 servers,
+# 2 workers) and with parafab launch and compares their held-out log loss;
+# stops the daemons in every case.
 #
 # Usage: srun_node_test.sh PARAFAB_BINARY SOURCE_DIR
 # Exit status: 0 passed, 1 failed, 77 skipped (no rights to start daemons,
@@ -199,5 +201,32 @@ for r in 0 1 2 3 4 5; do
 done
 grep -Eq "^ *0: scheduler listening on 127.0.0.1:$parafab_port" "$tmp/srun.out" || fail "task 0 did not run the scheduler"
 grep -Eq "^ *[12]: server 1 \(rank" "$tmp/srun.out" || fail "no server 1 among tasks 1-2"
-say "PASS: 1 scheduler, 2 servers, 3 workers under srun; every worker checked every value"
+say "1 scheduler, 2 servers, 3 workers under srun; every worker checked every value"
+
+# --- lr under srun against parafab launch ----------------------------------------
+# The same training job (1 scheduler, 2 servers, 2 workers, BSP) started by
+# srun -n 5 and by parafab launch must reach the same held-out log loss
+# (within 1%: asynchronous pushes make the last digits differ).
+"$bin" gen-data --out "$tmp/train.svm" --test-out "$tmp/test.svm" --examples 20000 --test-examples 5000 \
+  --features 4096 --nnz 20 --seed 7 --threads 2 >"$tmp/gen.out" 2>&1 || { cat "$tmp/gen.out"; fail "gen-data"; }
+train=(train --train "$tmp/train.svm" --test "$tmp/test.svm" --model lr --epochs 2 --threads 1 --quiet)
+parafab_port=$(free_port) || fail "no free port on 127.0.0.1"
+t_job=$SECONDS
+timeout -k 10 180 srun -O -n 5 -l --kill-on-bad-exit=1 --time=4 --job-name=parafab-train-test \
+  "$bin" node --servers 2 --workers 2 --port "$parafab_port" --bind 127.0.0.1 --consistency bsp --join-timeout 60 \
+  -- "$bin" "${train[@]}" >"$tmp/srun-train.out" 2>&1
+rc=$?
+say "srun (lr) exited $rc after $((SECONDS - t_job)) s"
+((rc == 0)) || { cat "$tmp/srun-train.out"; log_tails; fail "srun of parafab train exited $rc"; }
+timeout -k 10 180 "$bin" launch --servers 2 --workers 2 --consistency bsp -- "$bin" "${train[@]}" \
+  >"$tmp/launch-train.out" 2>&1 || { cat "$tmp/launch-train.out"; fail "parafab launch of the same training job failed"; }
+held_out() { grep -Eo 'held-out \([0-9]+ examples\): log loss [0-9.]+' "$1" | awk '{print $NF}' | tail -n 1; }
+srun_loss=$(held_out "$tmp/srun-train.out")
+launch_loss=$(held_out "$tmp/launch-train.out")
+[[ -n $srun_loss ]] || { cat "$tmp/srun-train.out"; fail "no held-out log loss in srun's output"; }
+[[ -n $launch_loss ]] || { cat "$tmp/launch-train.out"; fail "no held-out log loss in launch's output"; }
+say "held-out log loss: srun $srun_loss, launch $launch_loss"
+awk -v a="$srun_loss" -v b="$launch_loss" 'BEGIN { r = a / b; exit !(r > 0.99 && r < 1.01 && a < 0.69) }' ||
+  fail "srun's held-out log loss $srun_loss is not within 1% of launch's $launch_loss (or did not learn: ln 2 = 0.693)"
+say "PASS: scheduler, servers and workers under srun; every worker checked every value; lr under srun matches launch"
 exit 0

@@ -9,6 +9,7 @@
 #include "benchmarks/fabric_bench.h"
 #include "benchmarks/kernel_bench.h"
 #include "benchmarks/kv_bench.h"
+#include "benchmarks/staleness_bench.h"
 #include "benchmarks/train_bench.h"
 
 namespace parafab::apps {
@@ -121,6 +122,28 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   kvc->callback([kv, kv_timeout_ms, &ctx] {
     kv->timeout = std::chrono::milliseconds(*kv_timeout_ms);
     ctx.exit_code = run_guarded("bench kv", [&] { return benchmarks::run_kv_bench(*kv, std::cout); });
+  });
+
+  auto st = std::make_shared<benchmarks::StalenessBenchOptions>();
+  CLI::App* sc = bench->add_subcommand(
+      "staleness", "One job under BSP, SSP(1), SSP(4), SSP(16), ASP with a slowed worker: held-out log loss against "
+                   "wall time (CSV and PNG)");
+  sc->add_option("--settings", st->settings, "Consistency settings")->delimiter(',')->capture_default_str();
+  sc->add_option("--examples", st->examples, "Training examples")->capture_default_str();
+  sc->add_option("--test-examples", st->test_examples, "Held-out examples")->capture_default_str();
+  sc->add_option("--features", st->features, "Features")->capture_default_str();
+  sc->add_option("--nnz", st->nnz, "Nonzeros per example")->capture_default_str();
+  sc->add_option("--epochs", st->epochs, "Epochs")->capture_default_str();
+  sc->add_option("--servers", st->servers, "Servers")->check(CLI::PositiveNumber)->capture_default_str();
+  sc->add_option("--workers", st->workers, "Workers (worker 0 is the slow one)")->capture_default_str();
+  sc->add_option("--slow-ms", st->slow_ms, "Worker 0's sleep after each batch")->capture_default_str();
+  sc->add_option("--eval-interval", st->eval_interval, "Seconds between held-out evaluations")->capture_default_str();
+  sc->add_option("--model-flags", st->model_flags, "parafab train flags of the model")->capture_default_str();
+  sc->add_option("--out-dir", st->out_dir, "Where the data, metrics, CSV and PNG go")->capture_default_str();
+  sc->add_option("--seed", st->seed, "Seed of the data set")->capture_default_str();
+  sc->add_option("--json", st->json_path, "Also write one JSON object per line to this file");
+  sc->callback([st, &ctx] {
+    ctx.exit_code = run_guarded("bench staleness", [&] { return benchmarks::run_staleness_bench(*st, std::cout); });
   });
 }
 

@@ -18,8 +18,9 @@ struct DataFlags {
 
 // Reads path (through cache_path when not empty), prints the summary and the
 // skipped-line report to stderr. Throws worker::DataError on bad input.
+// classes > 2: libsvm labels are class ids 0 .. classes-1.
 worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
-                          int threads, const std::string& cache_path);
+                          int threads, const std::string& cache_path, int classes = 2);
 
 // Writes one probability per line ("%.7g"), in order. Throws
 // std::runtime_error naming the path on I/O errors.

@@ -1,8 +1,13 @@
-// `parafab train`: single-process training of a sparse linear model.
+// `parafab train`: training lr, svm, fm or dnn, in this process or as one
+// worker of a job (under parafab launch, srun, ... or with --scheduler).
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -16,6 +21,9 @@
 #include "worker/kv_client.h"
 #include "worker/linear_model_file.h"
 #include "worker/local_trainer.h"
+#include "worker/model_spec.h"
+#include "worker/model_trainer.h"
+#include "worker/parameter_store.h"
 #include "worker/synthetic_data.h"
 
 namespace parafab::apps {
@@ -30,7 +38,63 @@ struct TrainFlags {
   ClusterFlags cluster;           // distributed when a scheduler is given (flag or PARAFAB_SCHEDULER)
   bool no_pull_ahead = false;
   CLI::Option* batch_option = nullptr;
+  // fm and dnn
+  int factors = 8, embedding_dim = 8, classes = 2;
+  std::string hidden = "128,64";
+  uint32_t dense_features = 0;
+  float dense_lr = 1e-3f;
+  bool staleness_aware = false;
+  std::string metrics_out;
+  double eval_interval = 0;
+  double slow_ms = 0;  // per batch, worker rank 0 only: the staleness study's straggler
+
+  bool linear() const { return model == "lr" || model == "svm"; }
 };
+
+// JSON lines for tools (--metrics-out): one object per progress report and
+// evaluation, and a summary at the end.
+class MetricsOut {
+ public:
+  explicit MetricsOut(const std::string& path) {
+    if (path.empty()) return;
+    f_ = std::fopen(path.c_str(), "w");
+    if (f_ == nullptr) throw std::runtime_error(fmt::format("--metrics-out {}: cannot open for writing", path));
+  }
+  ~MetricsOut() {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  MetricsOut(const MetricsOut&) = delete;
+  MetricsOut& operator=(const MetricsOut&) = delete;
+  void line(const std::string& json) {
+    if (f_ == nullptr) return;
+    std::fprintf(f_, "%s\n", json.c_str());
+    std::fflush(f_);
+  }
+  bool on() const { return f_ != nullptr; }
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
+
+std::vector<int> parse_hidden(const std::string& text) {
+  std::vector<int> h;
+  if (text.empty() || text == "none") return h;
+  size_t i = 0;
+  while (i <= text.size()) {
+    const size_t j = std::min(text.find(',', i), text.size());
+    const std::string part = text.substr(i, j - i);
+    int v = 0;
+    const auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (ec != std::errc() || p != part.data() + part.size() || v < 1) {
+      throw std::invalid_argument(fmt::format("--hidden {}: expected layer sizes like 256,128 (or none); bad '{}'", text, part));
+    }
+    h.push_back(v);
+    i = j + 1;
+  }
+  return h;
+}
 
 // What a progress line prints, for both trainers.
 std::function<void(const worker::TrainProgress&)> progress_printer(const TrainFlags& flags, const std::string& who) {
@@ -86,9 +150,13 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
 }
 
 int run_distributed_train(TrainFlags flags);
+int run_model_train(const TrainFlags& flags, bool distributed);
 
 int run_train(const TrainFlags& flags) {
-  if (!flags.cluster.scheduler.empty() || std::getenv("PARAFAB_SCHEDULER") != nullptr) return run_distributed_train(flags);
+  const bool distributed = !flags.cluster.scheduler.empty() || std::getenv("PARAFAB_SCHEDULER") != nullptr;
+  if (!flags.linear()) return run_model_train(flags, distributed);
+  if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
+  if (distributed) return run_distributed_train(flags);
   worker::TrainOptions opt = flags.opt;
   opt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
   opt.adagrad = flags.optimizer == "adagrad";
@@ -181,6 +249,173 @@ int run_distributed_train(TrainFlags flags) {
   return 0;
 }
 
+// Held-out metrics of an fm or dnn model, and its predictions.
+void report_model_eval(const TrainFlags& flags, worker::ModelTrainer& trainer, const worker::ModelRows& test,
+                       const worker::ModelSpec& spec, MetricsOut& metrics, double seconds) {
+  std::vector<float> probs;
+  const worker::Evaluation te = trainer.evaluate(test, flags.predictions.empty() ? nullptr : &probs);
+  std::printf("held-out (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f\n",
+              static_cast<unsigned long long>(te.examples), te.log_loss, te.auc, te.accuracy);
+  std::fflush(stdout);
+  metrics.line(fmt::format(R"({{"event": "heldout", "seconds": {}, "examples": {}, "log_loss": {}, "auc": {}, "accuracy": {}}})",
+                           json_number(seconds), te.examples, json_number(te.log_loss), json_number(te.auc),
+                           json_number(te.accuracy)));
+  if (test.dropped > 0)
+    std::fprintf(stderr, "note: %llu test nonzeros have keys or fields never seen in training\n",
+                 static_cast<unsigned long long>(test.dropped));
+  if (!flags.predictions.empty()) {
+    const int k = spec.outputs();
+    std::FILE* f = std::fopen(flags.predictions.c_str(), "w");
+    if (f == nullptr) throw std::runtime_error(fmt::format("--predictions {}: cannot open for writing", flags.predictions));
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, &std::fclose);
+    for (size_t i = 0; i < probs.size(); i += static_cast<size_t>(k)) {
+      for (int c = 0; c < k; ++c) std::fprintf(f, c == 0 ? "%.7g" : " %.7g", probs[i + static_cast<size_t>(c)]);
+      std::fputc('\n', f);
+    }
+    if (std::fflush(f) != 0) throw std::runtime_error(fmt::format("--predictions {}: write failed", flags.predictions));
+    std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size() / static_cast<size_t>(k), flags.predictions.c_str());
+  }
+}
+
+// fm and dnn: the minibatch trainer against a store in this process, or
+// against the job's servers.
+int run_model_train(const TrainFlags& flags_in, bool distributed) {
+  TrainFlags flags = flags_in;
+  if (distributed) resolve_cluster_flags(flags.cluster);
+  const worker::TrainOptions& opt = flags.opt;
+  if (!flags.predictions.empty() && flags.test.empty())
+    throw std::invalid_argument("--predictions needs --test (the examples to predict)");
+  if (!flags.save_model.empty())
+    throw std::invalid_argument("--save-model: model files hold lr and svm models; fm and dnn cannot be saved yet");
+  if (!flags.planted.empty()) throw std::invalid_argument("--planted: planted weights are linear (lr, svm)");
+  if (flags.model == "fm" && flags.classes != 2) throw std::invalid_argument("--classes: fm is binary; use --model dnn");
+  if (flags.eval_interval > 0 && flags.test.empty()) throw std::invalid_argument("--eval-interval needs --test");
+  kernels::set_host_threads(opt.threads);
+  DataFlags data = flags.data;
+  const worker::Dataset train = load_data("train", flags.train, data, opt.threads, flags.cache, flags.classes);
+  const worker::SlotMap map = worker::SlotMap::for_data(train.view(), flags.hash_bits);
+  worker::ModelSpec spec = flags.model == "fm"
+                               ? worker::ModelSpec::fm(flags.factors)
+                               : worker::ModelSpec::dnn(train.view(), flags.embedding_dim, parse_hidden(flags.hidden),
+                                                        flags.classes, flags.dense_features);
+  spec.hyper.sparse_lr = opt.lr;
+  spec.hyper.dense_lr = flags.dense_lr;
+  spec.hyper.seed = opt.seed;
+  const worker::ModelRows rows = worker::build_model_rows(train.view(), map, spec, opt.threads);
+  std::optional<worker::ModelRows> test;
+  if (!flags.test.empty()) {
+    const worker::Dataset t = load_data("test", flags.test, data, opt.threads, "", flags.classes);
+    test = worker::build_model_rows(t.view(), map, spec, opt.threads);
+  }
+  worker::ModelTrainOptions mo;
+  mo.epochs = opt.epochs;
+  mo.batch_rows = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
+  mo.l2 = flags.model == "fm" ? opt.l2 : 0.0f;
+  mo.seed = opt.seed;
+  mo.shuffle = opt.shuffle;
+  mo.pull_ahead = !flags.no_pull_ahead;
+  mo.staleness_aware = flags.staleness_aware;
+  mo.progress_seconds = opt.progress_seconds;
+  std::optional<ClusterNode> node;
+  std::unique_ptr<worker::KvClient> kv;
+  std::unique_ptr<worker::ParameterStore> store;
+  uint32_t w = 0, workers = 1;
+  if (distributed) {
+    node.emplace(join_cluster(flags.cluster, ps::Role::kWorker, {}, spec.tables(map)));
+    const std::vector<ps::TableSchema> want = spec.tables(map);
+    for (const ps::TableSchema& t : want) {
+      const ps::TableSchema& held = node->map->table(t.id);
+      if (held.kind != t.kind || held.width != t.width || held.rows != t.rows) {
+        throw std::invalid_argument(fmt::format("the job's table {} does not fit this {} (width {} rows {}, the model needs "
+                                                "width {} rows {})",
+                                                t.id, spec.describe(), held.width, held.rows, t.width, t.rows));
+      }
+    }
+    kv = std::make_unique<worker::KvClient>(*node->endpoint, *node->map, node->role_rank);
+    store = std::make_unique<worker::RemoteStore>(*kv, *node->map);
+    w = node->role_rank;
+    workers = node->map->num_workers();
+  } else {
+    store = std::make_unique<worker::LocalStore>(spec.tables(map));
+  }
+  // Under a job, "%r" in --metrics-out is the worker's index; without it
+  // only worker 0 writes the file (the one that evaluates).
+  std::string metrics_path = flags.metrics_out;
+  if (const size_t at = metrics_path.find("%r"); at != std::string::npos) {
+    metrics_path.replace(at, 2, std::to_string(w));
+  } else if (w != 0) {
+    metrics_path.clear();
+  }
+  MetricsOut metrics(metrics_path);
+  std::fprintf(stderr, "%s\n",
+               fmt::format("parafab train: {}{}: {}, lr {}{}, batch {}, epochs {}, {}, backend {}",
+                           distributed ? fmt::format("worker {} of {}", w, workers) : std::string("one process"),
+                           distributed ? fmt::format(" on {} servers", node->map->num_servers()) : std::string(),
+                           spec.describe(), opt.lr, flags.model == "dnn" ? fmt::format(", MLP Adam {}", flags.dense_lr) : "",
+                           mo.batch_rows, mo.epochs,
+                           distributed ? fmt::format("pull-ahead {}, staleness-aware {}", mo.pull_ahead ? "on" : "off",
+                                                     mo.staleness_aware ? "on" : "off")
+                                       : std::string("sequential minibatches"),
+                           kernels::backend_description())
+                   .c_str());
+  std::fprintf(stderr, "model slots: %s\n", map.describe().c_str());
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  worker::ModelTrainer* self = nullptr;
+  // Periodic held-out evaluation on worker 0 (--eval-interval), between its batches.
+  auto last_eval = t0;
+  const bool slow = flags.slow_ms > 0 && w == 0 && distributed;
+  std::function<void(uint64_t)> after = [&](uint64_t) {
+    if (slow) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(flags.slow_ms));
+    if (flags.eval_interval > 0 && w == 0 && test) {
+      const auto now = Clock::now();
+      if (std::chrono::duration<double>(now - last_eval).count() >= flags.eval_interval) {
+        last_eval = now;
+        const worker::Evaluation e = self->evaluate(*test);
+        metrics.line(fmt::format(R"({{"event": "heldout", "seconds": {}, "examples": {}, "log_loss": {}, "auc": {}, "accuracy": {}}})",
+                                 json_number(std::chrono::duration<double>(now - t0).count()), e.examples,
+                                 json_number(e.log_loss), json_number(e.auc), json_number(e.accuracy)));
+      }
+    }
+  };
+  mo.after_batch = after;
+  worker::ModelTrainer run(*store, spec, map, mo, w, workers, distributed);
+  self = &run;
+  auto printer = progress_printer(flags, distributed ? fmt::format("worker {}: ", w) : "");
+  run.train(rows, [&](const worker::TrainProgress& p) {
+    printer(p);
+    metrics.line(fmt::format(R"({{"event": "progress", "worker": {}, "epoch": {}, "examples": {}, "progressive_loss": {}, "examples_per_second": {}, "seconds": {}, "epoch_done": {}}})",
+                             w, p.epoch, p.examples, json_number(p.progressive_loss), json_number(p.examples_per_second),
+                             json_number(p.seconds), p.epoch_done ? "true" : "false"));
+  });
+  const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (distributed) node->client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true);
+  if (w == 0 && test) report_model_eval(flags, run, *test, spec, metrics, std::chrono::duration<double>(Clock::now() - t0).count());
+  const worker::StalenessStats& st = run.staleness();
+  std::string hist;
+  size_t last = 0;
+  for (size_t i = 0; i < st.histogram.size(); ++i) if (st.histogram[i] > 0) last = i;
+  for (size_t i = 0; i <= last; ++i) hist += (i ? ", " : "") + std::to_string(st.histogram[i]);
+  const double eps = train_s > 0 ? static_cast<double>(rows.rows()) * mo.epochs / workers / train_s : 0;
+  if (distributed) {
+    const worker::KvClientStats ks = kv->stats();
+    std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests; staleness of its pulls "
+                 "[0..%zu]: %s; mean step scale %.3f\n",
+                 w, eps, ks.push_bytes / 1e6, ks.pull_bytes / 1e6, static_cast<unsigned long long>(ks.requests), last,
+                 hist.c_str(), st.mean_scale);
+    metrics.line(fmt::format(R"({{"event": "done", "worker": {}, "seconds": {}, "examples_per_second": {}, "push_bytes": {}, "pull_bytes": {}, "staleness_histogram": [{}], "mean_step_scale": {}}})",
+                             w, json_number(train_s), json_number(eps), ks.push_bytes, ks.pull_bytes, hist,
+                             json_number(st.mean_scale)));
+    node->client->done();
+    (void)node->client->wait_for_shutdown(join_timeout(flags.cluster));
+  } else {
+    std::fprintf(stderr, "trained in %.2f s: %.0f examples/s\n", train_s, eps);
+    metrics.line(fmt::format(R"({{"event": "done", "worker": 0, "seconds": {}, "examples_per_second": {}}})",
+                             json_number(train_s), json_number(eps)));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -189,13 +424,39 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   auto flags = std::make_shared<TrainFlags>();
   flags->opt.threads = default_threads();
   CLI::App* cmd = root.add_subcommand(
-      "train", "Train a sparse linear model (lr or svm): in this process, or as a worker of a job when a scheduler is "
-               "given (--scheduler or PARAFAB_SCHEDULER, as under parafab launch)");
+      "train", "Train lr, svm, fm or dnn: in this process, or as a worker of a job when a scheduler is given "
+               "(--scheduler or PARAFAB_SCHEDULER, as under parafab launch)");
   cmd->add_option("--train", flags->train, "Training data (libsvm or Criteo TSV)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--test", flags->test, "Held-out data: log loss, AUC and accuracy are reported on it")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--model", flags->model, "lr (logistic regression) or svm (linear SVM, hinge loss)")
-      ->check(CLI::IsMember({"lr", "svm"}))->capture_default_str();
+  cmd->add_option("--model", flags->model,
+                  "lr (logistic regression), svm (linear SVM, hinge loss), fm (factorization machine) or dnn "
+                  "(per-field embeddings + MLP)")
+      ->check(CLI::IsMember({"lr", "svm", "fm", "dnn"}))->capture_default_str();
+  cmd->add_option("--factors", flags->factors, "fm: factors per feature (k)")->check(CLI::Range(0, 256))->capture_default_str();
+  cmd->add_option("--embedding-dim", flags->embedding_dim, "dnn: embedding width per field")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--hidden", flags->hidden, "dnn: hidden layer sizes, e.g. 256,128 (none: no hidden layer)")
+      ->capture_default_str();
+  cmd->add_option("--classes", flags->classes,
+                  "dnn: classes; > 2 reads libsvm labels as class ids 0..K-1 (softmax) and --predictions writes K "
+                  "probabilities a line")
+      ->check(CLI::Range(2, 1 << 16))->capture_default_str();
+  cmd->add_option("--dense-features", flags->dense_features,
+                  "dnn: libsvm indices 1..N are dense MLP inputs (images); the others are embedded")
+      ->capture_default_str();
+  cmd->add_option("--dense-lr", flags->dense_lr, "dnn: Adam step of the MLP")->capture_default_str();
+  cmd->add_flag("--staleness-aware", flags->staleness_aware,
+                "fm, dnn distributed: scale each gradient by 1/staleness of the parameters it used (Zhang et al. 2016)");
+  cmd->add_option("--metrics-out", flags->metrics_out,
+                  "fm, dnn: JSON lines of progress, held-out evaluations and a summary (under a job: worker 0's, or "
+                  "each worker's where the path holds %r, the worker index)");
+  cmd->add_option("--eval-interval", flags->eval_interval,
+                  "fm, dnn: seconds between held-out evaluations during training (worker 0; 0: at the end only)")
+      ->capture_default_str();
+  cmd->add_option("--slow-ms", flags->slow_ms,
+                  "fm, dnn distributed: worker 0 sleeps this long after each batch (a straggler, for staleness studies)")
+      ->capture_default_str();
   cmd->add_option("--format", flags->data.format, "Input format: libsvm, criteo or auto")
       ->check(CLI::IsMember({"libsvm", "criteo", "auto"}))->capture_default_str();
   cmd->add_option("--epochs", flags->opt.epochs, "Passes over the training data")->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -8,6 +8,7 @@ find_package(OpenMP REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
+set(BLA_VENDOR OpenBLAS)  # host GEMM (kernels/mlp.cpp); Debian's libopenblas-dev
 find_package(BLAS REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(Threads REQUIRED)

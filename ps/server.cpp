@@ -219,7 +219,10 @@ void Server::answer_pull(const rdma::Message& message, const DecodedMessage& d) 
   r.op = dense ? Op::kDensePullReply : Op::kPullReply;
   r.table = h.table;
   r.sender = map_.server_rank(index_);
-  r.clock = h.clock;
+  // The reply's clock is the data's: the minimum worker clock now, so the
+  // values hold every worker's updates of iterations before it (SSP's
+  // guarantee, and what a staleness-aware worker scales its step by).
+  r.clock = clocks_.min_clock();
   r.request_id = h.request_id;
   r.payload_bytes = n * width * sizeof(float);
   // Values are written straight into the reply: one copy, from the table.

@@ -60,7 +60,7 @@ struct WireHeader {
   uint8_t flags = 0;
   uint32_t table = 0;
   uint32_t sender = 0;      // the sender's rank, checked against the transport's peer id
-  int64_t clock = 0;        // the sender's clock when it sent this
+  int64_t clock = 0;        // the sender's clock when it sent this; pull replies: the server's minimum worker clock (the data's)
   uint64_t request_id = 0;  // chosen by the requester, echoed in replies
   uint64_t key_count = 0;
   uint64_t payload_bytes = 0;

@@ -33,7 +33,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "the cache layout is little-endian");
 
 constexpr char kMagic[8] = {'P', 'F', 'A', 'B', 'C', 'S', 'H', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: Criteo keys carry their namespace in the top byte
 
 struct CacheHeader {
   char magic[8];

@@ -1,7 +1,7 @@
 // The binary cache of a parsed data set: written once, memory-mapped after.
 //
 // Layout (little-endian): a 64-byte header {char magic[8] "PFABCSH1",
-// u32 version (1), u32 skipped lines, u64 rows, u64 nnz, u64 source size,
+// u32 version (2), u32 skipped lines, u64 rows, u64 nnz, u64 source size,
 // i64 source mtime (ns), u64 xxHash64 of the payload, u64 xxHash64 of the
 // header's first 56 bytes} (both hashes seed 0), then the payload: labels
 // (float[rows]), row_ptr (uint64[rows+1]), keys (uint64[nnz]), values

@@ -271,10 +271,19 @@ Dataset parse_text_dataset(std::string_view text, const std::string& name, const
                            ReadStats* stats) {
   DataFormat format = options.format == DataFormat::kAuto ? detect_format(text) : options.format;
   if (format == DataFormat::kCriteo) {
+    if (options.classes > 2) {
+      throw std::invalid_argument(fmt::format("{}: Criteo data has two classes (labels 0/1), not {}", name, options.classes));
+    }
     return parse_with(text, name, options, format, detail::parse_criteo_line, stats);
   }
   if (format == DataFormat::kLibsvm) {
-    return parse_with(text, name, options, format, detail::parse_libsvm_line, stats);
+    const int classes = options.classes;
+    return parse_with(
+        text, name, options, format,
+        [classes](std::string_view line, DatasetArrays& out, detail::LineIssue* issue) {
+          return detail::parse_libsvm_line(line, out, issue, classes);
+        },
+        stats);
   }
   throw std::invalid_argument(fmt::format("parse_text_dataset: bad DataFormat value {}", static_cast<int>(format)));
 }

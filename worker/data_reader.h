@@ -57,6 +57,7 @@ struct ReadOptions {
   DataFormat format = DataFormat::kAuto;  // auto: by the first data line
   bool skip_bad_lines = false;
   int threads = 1;                        // parser threads (chunks of the file)
+  int classes = 2;                        // libsvm: > 2 reads labels as class ids 0 .. classes-1
 };
 
 struct ReadStats {

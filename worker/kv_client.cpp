@@ -1,6 +1,7 @@
 #include "worker/kv_client.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstring>
 #include <deque>
 
@@ -41,6 +42,7 @@ struct KvClient::Pending {
   std::unordered_map<uint32_t, std::vector<uint32_t>> rows;
   std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (row, copy of row)
   float* out = nullptr;
+  int64_t* data_clock = nullptr;  // pulls: min over the servers' reply clocks
   uint64_t pull_bytes = 0;
   std::vector<uint64_t> reply_keys;  // kDenseRegionReply
   std::shared_ptr<std::vector<uint64_t>> reply_keys_out;  // where finish() hands them
@@ -213,7 +215,8 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
   return start(std::move(p));
 }
 
-std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_t> keys, float* out) {
+std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_t> keys, float* out,
+                                         int64_t* data_clock) {
   const ps::TableSchema& schema = map_.table(table);
   if (schema.kind != ps::TableKind::kSparse) return ready({rdma::StatusCode::kInvalidArgument, "pull from a dense table: use dense_pull"});
   const Split sp = split(keys);
@@ -223,6 +226,8 @@ std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_
   p->table = table;
   p->width = schema.width;
   p->out = out;
+  p->data_clock = data_clock;
+  if (data_clock != nullptr) *data_clock = std::numeric_limits<int64_t>::max();
   p->duplicates.reserve(sp.duplicates.size());
   for (auto [i, first] : sp.duplicates) p->duplicates.emplace_back(first, i);
   std::vector<std::byte*> key_at(map_.num_servers(), nullptr);
@@ -448,6 +453,7 @@ void KvClient::on_reply(const rdma::Message& m) {
         for (size_t j = 0; j < rows.size(); ++j) {
           std::memcpy(p.out + uint64_t{rows[j]} * p.width, d.values.data() + j * p.width, p.width * sizeof(float));
         }
+        if (p.data_clock != nullptr) *p.data_clock = std::min(*p.data_clock, d.header.clock);
         stats_.pull_bytes += d.values.size_bytes();
       }
     }

@@ -55,7 +55,12 @@ class KvClient {
   // keys.size() * width gradients; the spans are copied before return.
   std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys, std::span<const float> grads);
   // Writes keys.size() * width floats to `out`, which must stay valid until the future is ready.
-  std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out);
+  // data_clock (when not null, valid until then too) gets the smallest
+  // clock the servers answered at: each server's minimum worker clock when
+  // it read the values, so every update of iterations before it is in them
+  // (this worker's clock minus it is the pull's staleness).
+  std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
+                                 int64_t* data_clock = nullptr);
   std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows, std::span<const float> grads);
   std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out);
   // One-sided read of dense rows straight from the servers' registered

@@ -267,7 +267,7 @@ bool libsvm_line_is_empty(std::string_view line) {
   return i == line.size() || line[i] == '#';
 }
 
-LineStatus parse_libsvm_line(std::string_view line, DatasetArrays& out, LineIssue* issue) {
+LineStatus parse_libsvm_line(std::string_view line, DatasetArrays& out, LineIssue* issue, int classes) {
   const char* p = line.data();
   const char* end = p + line.size();
   while (p != end && is_blank(*p)) ++p;
@@ -277,7 +277,19 @@ LineStatus parse_libsvm_line(std::string_view line, DatasetArrays& out, LineIssu
   const char* lb = p;
   const char* le = token_end(p, end);
   float label = 0;
-  if (!parse_label(lb, le, &label)) return diagnose_label(line, lb, le, issue);
+  if (classes > 2) {
+    // Class ids 0 .. classes-1, written as integers.
+    uint64_t c = 0;
+    const auto [ptr, ec] = std::from_chars(lb, le, c);
+    if (ec != std::errc() || ptr != le || c >= static_cast<uint64_t>(classes)) {
+      return fail_line(issue, static_cast<uint64_t>(lb - line.data()) + 1,
+                       fmt::format("label must be a class id 0 .. {} (--classes {}); got {}", classes - 1, classes,
+                                   quote_token(std::string_view(lb, static_cast<size_t>(le - lb)))));
+    }
+    label = static_cast<float>(c);
+  } else if (!parse_label(lb, le, &label)) {
+    return diagnose_label(line, lb, le, issue);
+  }
   p = le;
 
   const size_t nnz0 = out.keys.size();

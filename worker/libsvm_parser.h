@@ -30,11 +30,12 @@ std::string quote_token(std::string_view tok);
 
 // `label idx:val idx:val ... [# comment]`. Labels +1/1/1.0 -> 1 and
 // -1/0/-1.0/0.0 -> 0; indices are uint64 keys as written (0 allowed, any order,
-// duplicates kept); values finite floats. Never throws on bad input.
+// duplicates kept); values finite floats. With classes > 2 the label is a
+// class id, an integer in [0, classes). Never throws on bad input.
 // Records column and message in issue (when not null) and returns kBad.
 LineStatus fail_line(LineIssue* issue, uint64_t column, std::string message);
 
-LineStatus parse_libsvm_line(std::string_view line, DatasetArrays& out, LineIssue* issue);
+LineStatus parse_libsvm_line(std::string_view line, DatasetArrays& out, LineIssue* issue, int classes = 2);
 
 // True for a line that a libsvm reader skips (blank, or '#' after blanks).
 bool libsvm_line_is_empty(std::string_view line);

@@ -112,10 +112,10 @@ TEST_F(BinaryCache, RefusesBadMagic) {
 
 TEST_F(BinaryCache, RefusesOtherVersion) {
   write_binary_cache(cache_, sample(10), stamp_);
-  const uint32_t v = 2;
+  const uint32_t v = 1;
   patch(cache_, 8, &v, 4);
   EXPECT_EQ(data_error_of([&] { open_binary_cache(cache_); }),
-            cache_ + ": unsupported cache format version 2 (this build reads version 1)");
+            cache_ + ": unsupported cache format version 1 (this build reads version 2)");
 }
 
 TEST_F(BinaryCache, RefusesTruncatedFiles) {

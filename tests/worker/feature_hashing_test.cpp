@@ -32,6 +32,15 @@ TEST(FeatureHashing, NamespacesDoNotCollideOnSmallValues) {
   }
 }
 
+TEST(FeatureHashing, TheTopByteIsTheNamespace) {
+  for (uint32_t ns : {0u, 1u, 13u, 14u, 39u, 255u}) {
+    for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{0x68fd1e64}, ~uint64_t{0}}) {
+      EXPECT_EQ(feature_namespace(hash_feature(ns, v)), ns) << "ns " << ns << " value " << v;
+    }
+  }
+  EXPECT_EQ(feature_namespace(123456), 0u);  // a libsvm index
+}
+
 TEST(FeatureHashing, IsConstexprAndDeterministic) {
   constexpr uint64_t k = hash_feature(14, 0x68fd1e64);
   EXPECT_EQ(k, hash_feature(14, 0x68fd1e64));

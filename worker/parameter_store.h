@@ -1,0 +1,107 @@
+// Where a trainer's parameters live: on the servers of a job (RemoteStore,
+// over the KV client) or in this process (LocalStore: the servers' own
+// tables and updaters, in memory). The minibatch trainer (model_trainer.h)
+// runs the same loop against either, so `parafab train --model fm|dnn`
+// trains the same model the same way in one process and across a cluster;
+// only the staleness differs.
+//
+//   worker::LocalStore store(tables);            // single process
+//   worker::RemoteStore store(kv);               // a worker of a job
+//   auto f = store.pull(0, keys, values.data());
+//   rdma::Status s = f.get();
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "ps/dense_table.h"
+#include "ps/sparse_table.h"
+#include "ps/table_schema.h"
+#include "rdma/status.h"
+#include "worker/kv_client.h"
+
+namespace parafab::worker {
+
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  // keys.size() * width floats to out (valid until the future is ready).
+  // data_clock (when not null) gets the clock the values are complete to:
+  // every worker's updates of iterations before it are in them.
+  virtual std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
+                                         int64_t* data_clock = nullptr) = 0;
+  // Duplicate keys are merged (gradients summed); the spans are copied before return.
+  virtual std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys,
+                                         std::span<const float> grads) = 0;
+  virtual std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out) = 0;
+  virtual std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows,
+                                               std::span<const float> grads) = 0;
+  // This worker finished an iteration.
+  virtual std::future<rdma::Status> clock() = 0;
+  // Iterations this worker has finished.
+  virtual int64_t current_clock() const = 0;
+  virtual const ps::TableSchema& table(uint32_t id) const = 0;
+};
+
+class RemoteStore final : public ParameterStore {
+ public:
+  RemoteStore(KvClient& kv, const ps::ClusterMap& map) : kv_(kv), map_(map) {}
+  std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
+                                 int64_t* data_clock = nullptr) override {
+    return kv_.pull(table, keys, out, data_clock);
+  }
+  std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys,
+                                 std::span<const float> grads) override {
+    return kv_.push(table, keys, grads);
+  }
+  std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out) override {
+    return kv_.dense_pull(table, first_row, rows, out);
+  }
+  std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows,
+                                       std::span<const float> grads) override {
+    return kv_.dense_push(table, first_row, rows, grads);
+  }
+  std::future<rdma::Status> clock() override { return kv_.clock(); }
+  int64_t current_clock() const override { return kv_.current_clock(); }
+  const ps::TableSchema& table(uint32_t id) const override;
+
+ private:
+  KvClient& kv_;
+  const ps::ClusterMap& map_;
+};
+
+// Every table whole in this process; operations complete before they
+// return (ready futures). Thread-safe: the tables lock as on a server.
+class LocalStore final : public ParameterStore {
+ public:
+  // Throws std::invalid_argument for an invalid schema or a repeated id.
+  explicit LocalStore(const std::vector<ps::TableSchema>& tables);
+  std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
+                                 int64_t* data_clock = nullptr) override;
+  std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys,
+                                 std::span<const float> grads) override;
+  std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out) override;
+  std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows,
+                                       std::span<const float> grads) override;
+  std::future<rdma::Status> clock() override;
+  int64_t current_clock() const override { return clock_.load(); }
+  const ps::TableSchema& table(uint32_t id) const override;
+  // Gradients the updaters refused (non-finite), over all tables.
+  uint64_t refused_non_finite() const;
+
+ private:
+  std::map<uint32_t, ps::TableSchema> schemas_;
+  std::map<uint32_t, std::unique_ptr<ps::SparseTable>> sparse_;
+  std::map<uint32_t, std::unique_ptr<ps::DenseTable>> dense_;
+  mutable std::mutex mu_;
+  uint64_t refused_ = 0;
+  std::atomic<int64_t> clock_{0};
+};
+
+}  // namespace parafab::worker

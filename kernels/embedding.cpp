@@ -111,7 +111,8 @@ struct AtomicScatterTask {
       const int f = b.fields[k];
       const uint32_t c = b.cols[k];
       if (f >= b.n_fields || c >= n_slots) continue;  // broken precondition
-      detail::atomic_add_relaxed(&grad[int64_t{c} * d + j], scale * value_of(b, k) * g[int64_t{f} * d]);
+      detail::atomic_add_relaxed(&grad[int64_t{c} * d + j],
+                                 scale * value_of(b, k) * g[int64_t{f} * d]);
     }
   }
 };
@@ -141,11 +142,11 @@ struct RowOfNonzero {
 // sorted slot array while slot[p] == s, found by binary search.
 struct SlotSumTask {
   FieldCsr b;
-  const uint32_t* slot;    // the batch's cols, sorted
-  const uint64_t* order;   // order[p]: the nonzero at sorted position p
-  const int64_t* row_of;   // indexed by nonzero - k0
+  const uint32_t* slot;   // the batch's cols, sorted
+  const uint64_t* order;  // order[p]: the nonzero at sorted position p
+  const int64_t* row_of;  // indexed by nonzero - k0
   uint64_t k0;
-  uint64_t m;              // nonzeros
+  uint64_t m;  // nonzeros
   const float* d_out;
   int d;
   float scale;
@@ -203,10 +204,10 @@ void scatter_sorted(const FieldCsr& b, const float* d_out, int d, int64_t n_slot
 
 void check_sizes(const char* what, const FieldCsr& b, int d) {
   if (d < 1 || b.n_rows < 0 || b.n_fields < 0 || b.n_fields > 256) {
-    throw std::invalid_argument(std::string("parafab::kernels::") + what + ": d = " +
-                                std::to_string(d) + " (must be >= 1), n_rows = " +
-                                std::to_string(b.n_rows) + " (>= 0), n_fields = " +
-                                std::to_string(b.n_fields) + " (in [0, 256])");
+    throw std::invalid_argument(
+        std::string("parafab::kernels::") + what + ": d = " + std::to_string(d) +
+        " (must be >= 1), n_rows = " + std::to_string(b.n_rows) +
+        " (>= 0), n_fields = " + std::to_string(b.n_fields) + " (in [0, 256])");
   }
 }
 
@@ -224,8 +225,8 @@ void embedding_scatter_add(const FieldCsr& batch, const float* d_out, int d, int
                            float scale, float* grad_E) {
   check_sizes("embedding_scatter_add", batch, d);
   if (n_slots < 0) {
-    throw std::invalid_argument("parafab::kernels::embedding_scatter_add: n_slots = " +
-                                std::to_string(n_slots) + " < 0");
+    throw std::invalid_argument(
+        "parafab::kernels::embedding_scatter_add: n_slots = " + std::to_string(n_slots) + " < 0");
   }
 #if PARAFAB_CUDA
   scatter_atomic(batch, d_out, d, n_slots, scale, grad_E);

@@ -64,8 +64,8 @@ using detail::policy;
 
 void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string("parafab::kernels::mlp: ") + what + " failed: " +
-                             cublasGetStatusString(s) + " (status " +
+    throw std::runtime_error(std::string("parafab::kernels::mlp: ") + what +
+                             " failed: " + cublasGetStatusString(s) + " (status " +
                              std::to_string(static_cast<int>(s)) + ")");
   }
 }
@@ -100,12 +100,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const flo
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const float alpha = 1.0f;
 #if PARAFAB_CUDA
-  check_cublas(cublasSgemm(cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
-                           static_cast<int>(M), static_cast<int>(K), &alpha, B,
-                           static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C,
-                           static_cast<int>(ldc)),
-               "cublasSgemm");
+  check_cublas(
+      cublasSgemm(cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                  static_cast<int>(K), &alpha, B, static_cast<int>(ldb), A, static_cast<int>(lda),
+                  &beta, C, static_cast<int>(ldc)),
+      "cublasSgemm");
 #else
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
@@ -296,8 +296,8 @@ double mlp_forward_backward(const MlpShape& shape, const float* params, const fl
   DeviceArray<float> dz(static_cast<size_t>(n * k));
   const double loss_sum = thrust::transform_reduce(
       policy(), thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(n),
-      OutputRow{acts[L - 1].data(), labels, k, 1.0f / static_cast<float>(n), dz.data(), probs},
-      0.0, thrust::plus<double>());
+      OutputRow{acts[L - 1].data(), labels, k, 1.0f / static_cast<float>(n), dz.data(), probs}, 0.0,
+      thrust::plus<double>());
   DeviceArray<float> ones(static_cast<size_t>(n));
   thrust::fill(policy(), ones.data(), ones.data() + n, 1.0f);
   for (size_t l = L; l-- > 0;) {
@@ -328,8 +328,8 @@ void mlp_predict(const MlpShape& shape, const float* params, const float* X, int
   check_batch(n);
   if (n == 0) return;
   const std::vector<DeviceArray<float>> acts = forward(net, params, X, n);
-  for_each_index(n, PredictRow{OutputRow{acts.back().data(), nullptr, shape.outputs, 0.0f,
-                                         nullptr, probs}});
+  for_each_index(
+      n, PredictRow{OutputRow{acts.back().data(), nullptr, shape.outputs, 0.0f, nullptr, probs}});
 }
 
 }  // namespace parafab::kernels

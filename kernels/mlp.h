@@ -13,7 +13,9 @@
 //   std::vector<float> p(kernels::mlp_parameter_count(s));
 //   kernels::mlp_init(s, seed, p.data());
 //   kernels::DeviceArray<float> dp(p), grad(p.size());
-//   double loss = kernels::mlp_forward_backward(s, dp.data(), x, y, n, grad.data(), nullptr, nullptr);
+//   // x (n x 64) and y (n) in backend memory too:
+//   double loss = kernels::mlp_forward_backward(s, dp.data(), x, y, n, grad.data(),
+//                                               /*grad_input=*/nullptr, /*probs=*/nullptr);
 #pragma once
 
 #include <cstdint>

@@ -125,6 +125,32 @@ TEST_F(TrainModels, DnnOnHandwrittenDigitsReachesAPlainMlpsAccuracy) {
   EXPECT_EQ(lines, 360);
 }
 
+// The planted-crosses Criteo sample (gen-data --format criteo): fm and dnn
+// see the crosses a linear model cannot, and beat lr on held-out log loss
+// and AUC.
+TEST_F(TrainModels, FmAndDnnBeatLrOnTheCriteoCrosses) {
+  const std::string train = dir_->file("c.tsv"), test = dir_->file("ct.tsv");
+  run_ok({kBin, "gen-data", "--format", "criteo", "--out", train, "--test-out", test, "--examples", "40000",
+          "--test-examples", "10000", "--seed", "3"});
+  auto run_model = [&](std::vector<std::string> model) {
+    std::vector<std::string> a = {kBin,      "train", "--train", train,         "--test", test, "--format", "criteo",
+                                  "--epochs", "2",    "--threads", "2", "--hash-bits", "18", "--quiet", "--model"};
+    a.insert(a.end(), model.begin(), model.end());
+    const std::string out = run_ok(a, 280s);
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(R"(held-out \(\d+ examples\): log loss ([0-9.]+)  AUC ([0-9.]+))")))
+        << out;
+    return m.empty() ? std::pair<double, double>{1, 0} : std::pair<double, double>{std::stod(m[1]), std::stod(m[2])};
+  };
+  const auto lr = run_model({"lr"});
+  const auto fm = run_model({"fm", "--factors", "8"});
+  const auto dnn = run_model({"dnn", "--hidden", "32", "--embedding-dim", "4"});
+  EXPECT_LT(fm.first, lr.first - 0.003) << "fm " << fm.first << " lr " << lr.first;
+  EXPECT_LT(dnn.first, lr.first - 0.005) << "dnn " << dnn.first << " lr " << lr.first;
+  EXPECT_GT(fm.second, lr.second + 0.01) << "fm AUC " << fm.second << " lr " << lr.second;
+  EXPECT_GT(dnn.second, lr.second + 0.005) << "dnn AUC " << dnn.second << " lr " << lr.second;
+}
+
 TEST_F(TrainModels, BadModelFlagsAreRefused) {
   ChildProcess p({kBin, "train", "--train", dir_->file("train.svm"), "--model", "fm", "--classes", "3"}, {});
   ASSERT_TRUE(benchmarks::wait_for_exit({&p}, ChildProcess::Clock::now() + 60s));

@@ -74,9 +74,8 @@ class DeviceFieldBatch {
   // Rows [r0, r1): row_ptr starts at row r0's offset, cols and friends stay
   // whole (the offsets index them), as the worker slices a batch.
   FieldCsr rows(int64_t r0, int64_t r1) const {
-    return FieldCsr{row_ptr_.data() + r0, cols_.data(),
-                    host_.vals.empty() ? nullptr : vals_.data(), fields_.data(), r1 - r0,
-                    host_.n_fields};
+    return FieldCsr{row_ptr_.data() + r0, cols_.data(), host_.vals.empty() ? nullptr : vals_.data(),
+                    fields_.data(),       r1 - r0,      host_.n_fields};
   }
   FieldCsr all() const { return rows(0, host_.n_rows()); }
 
@@ -129,7 +128,8 @@ RefArray reference_scatter(const HostFieldBatch& b, int64_t r0, int64_t r1,
     for (uint64_t k = b.row_ptr[static_cast<size_t>(i)]; k < b.row_ptr[static_cast<size_t>(i) + 1];
          ++k) {
       for (int j = 0; j < d; ++j) {
-        const double x = d_out[static_cast<size_t>((i - r0) * width + int64_t{b.fields[k]} * d + j)];
+        const double x =
+            d_out[static_cast<size_t>((i - r0) * width + int64_t{b.fields[k]} * d + j)];
         g.add(static_cast<size_t>(int64_t{b.cols[k]} * d + j),
               static_cast<double>(scale) * b.value(k) * x);
       }
@@ -197,15 +197,15 @@ TEST_P(EmbeddingTest, GatherAndScatterMatchFloat64Reference) {
   const DeviceFieldBatch db(hb);
   for (const int threads : {1, 2, 3}) {
     set_host_threads(threads);
-    expect_gather_and_scatter(hb, db, 0, hb.n_rows(), spec.slots, d, seed + 3,
-                              std::string(spec.name) + " d=" + std::to_string(d) +
-                                  " threads=" + std::to_string(threads));
+    expect_gather_and_scatter(
+        hb, db, 0, hb.n_rows(), spec.slots, d, seed + 3,
+        std::string(spec.name) + " d=" + std::to_string(d) + " threads=" + std::to_string(threads));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, EmbeddingTest,
-                         ::testing::Combine(::testing::ValuesIn(kSpecs), ::testing::Values(1, 4, 13),
-                                            ::testing::Bool()),
+                         ::testing::Combine(::testing::ValuesIn(kSpecs),
+                                            ::testing::Values(1, 4, 13), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::string(std::get<0>(info.param).name) + "_d" +
                                   std::to_string(std::get<1>(info.param)) +
@@ -267,8 +267,7 @@ TEST(Embedding, BadSizesThrow) {
   negative_rows.n_rows = -1;
   DeviceArray<float> buf(16);
   EXPECT_THROW(embedding_gather(ok, buf.data(), 0, buf.data()), std::invalid_argument);
-  EXPECT_THROW(embedding_gather(too_many_fields, buf.data(), 2, buf.data()),
-               std::invalid_argument);
+  EXPECT_THROW(embedding_gather(too_many_fields, buf.data(), 2, buf.data()), std::invalid_argument);
   EXPECT_THROW(embedding_gather(negative_rows, buf.data(), 2, buf.data()), std::invalid_argument);
   EXPECT_THROW(embedding_scatter_add(ok, buf.data(), 2, -1, 1.0f, buf.data()),
                std::invalid_argument);

@@ -116,7 +116,8 @@ Reference reference(const MlpShape& s, const std::vector<double>& p, const std::
         }
       }
       if (l == 0) {
-        for (int64_t c = 0; c < in; ++c) r.grad_input[static_cast<size_t>(i * in + c)] = da[static_cast<size_t>(c)];
+        for (int64_t c = 0; c < in; ++c)
+          r.grad_input[static_cast<size_t>(i * in + c)] = da[static_cast<size_t>(c)];
       } else {
         for (int64_t c = 0; c < in; ++c) {
           if (!(z[l - 1][static_cast<size_t>(c)] > 0.0)) da[static_cast<size_t>(c)] = 0.0;
@@ -215,8 +216,8 @@ TEST_P(MlpTest, LossGradientsAndProbabilitiesMatchFloat64Reference) {
   const DeviceArray<float> dy(y);
   for (const int threads : {1, 2}) {
     set_host_threads(threads);
-    const std::string what = shape_name(s) + " n=" + std::to_string(n) +
-                             " threads=" + std::to_string(threads);
+    const std::string what =
+        shape_name(s) + " n=" + std::to_string(n) + " threads=" + std::to_string(threads);
     DeviceArray<float> grad(nan_array(p.size()));
     DeviceArray<float> grad_x(nan_array(X.size()));
     DeviceArray<float> probs(nan_array(n_probs));
@@ -236,8 +237,8 @@ TEST_P(MlpTest, LossGradientsAndProbabilitiesMatchFloat64Reference) {
 
     // Without the optional outputs: the same gradient; and the same probabilities from predict.
     DeviceArray<float> grad2(nan_array(p.size()));
-    const double loss2 = mlp_forward_backward(s, dp.data(), dX.data(), dy.data(), n,
-                                              grad2.data(), nullptr, nullptr);
+    const double loss2 =
+        mlp_forward_backward(s, dp.data(), dX.data(), dy.data(), n, grad2.data(), nullptr, nullptr);
     EXPECT_EQ(loss2, loss) << what;
     EXPECT_EQ(grad2.to_host(), g) << what;
     DeviceArray<float> probs2(nan_array(n_probs));
@@ -310,7 +311,8 @@ TEST(Mlp, FiniteAtExtremeLogits) {
     const MlpShape s{2, {}, outputs};
     const RefLayout net(s);
     std::vector<float> p(net.offset.back(), 0.0f);
-    for (int64_t t = 0; t < outputs * 2; ++t) p[static_cast<size_t>(t)] = (t % 3 == 0 ? 1e4f : -7e3f) * (t % 2 == 0 ? 1.0f : -0.5f);
+    for (int64_t t = 0; t < outputs * 2; ++t)
+      p[static_cast<size_t>(t)] = (t % 3 == 0 ? 1e4f : -7e3f) * (t % 2 == 0 ? 1.0f : -0.5f);
     const std::vector<float> X{1.0f, 0.5f, -1.0f, 2.0f, 0.25f, -3.0f, -2.0f, -0.5f};
     const int64_t n = 4;
     const std::vector<float> y = random_labels(n, outputs, 4);
@@ -397,8 +399,7 @@ TEST(Mlp, BadShapesAndBatchesThrow) {
   EXPECT_THROW((void)mlp_forward_backward(MlpShape{3, {}, 1}, &dummy, &dummy, &dummy, -1, &dummy,
                                           nullptr, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(mlp_predict(MlpShape{3, {}, 1}, &dummy, &dummy, -1, &dummy),
-               std::invalid_argument);
+  EXPECT_THROW(mlp_predict(MlpShape{3, {}, 1}, &dummy, &dummy, -1, &dummy), std::invalid_argument);
 }
 
 // 4 clusters at (+-1, +-1), label 1 where x1 x2 > 0 (XOR): not linearly
@@ -424,13 +425,12 @@ double train_xor(const MlpShape& s, int steps, float lr) {
   DeviceArray<float> grad(p.size());
   for (int step = 0; step < steps; ++step) {
     (void)mlp_forward_backward(s, dp.data(), dX.data(), dy.data(), n, grad.data(), nullptr,
-                                nullptr);
+                               nullptr);
     const std::vector<float> g = grad.to_host();
     for (size_t j = 0; j < p.size(); ++j) p[j] -= lr * g[j];
     dp.upload(p);
   }
-  return mlp_forward_backward(s, dp.data(), dX.data(), dy.data(), n, grad.data(), nullptr,
-                              nullptr);
+  return mlp_forward_backward(s, dp.data(), dX.data(), dy.data(), n, grad.data(), nullptr, nullptr);
 }
 
 TEST(Mlp, LearnsXorWhichALinearModelCannot) {

@@ -135,8 +135,8 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   sc->add_option("--nnz", st->nnz, "Nonzeros per example")->capture_default_str();
   sc->add_option("--epochs", st->epochs, "Epochs")->capture_default_str();
   sc->add_option("--servers", st->servers, "Servers")->check(CLI::PositiveNumber)->capture_default_str();
-  sc->add_option("--workers", st->workers, "Workers (worker 0 is the slow one)")->capture_default_str();
-  sc->add_option("--slow-ms", st->slow_ms, "Worker 0's sleep after each batch")->capture_default_str();
+  sc->add_option("--workers", st->workers, "Workers (the last one is the slow one; worker 0 evaluates)")->capture_default_str();
+  sc->add_option("--slow-ms", st->slow_ms, "The last worker's sleep after each batch")->capture_default_str();
   sc->add_option("--eval-interval", st->eval_interval, "Seconds between held-out evaluations")->capture_default_str();
   sc->add_option("--model-flags", st->model_flags, "parafab train flags of the model")->capture_default_str();
   sc->add_option("--out-dir", st->out_dir, "Where the data, metrics, CSV and PNG go")->capture_default_str();

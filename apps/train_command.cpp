@@ -46,7 +46,7 @@ struct TrainFlags {
   bool staleness_aware = false;
   std::string metrics_out;
   double eval_interval = 0;
-  double slow_ms = 0;  // per batch, worker rank 0 only: the staleness study's straggler
+  double slow_ms = 0;  // per batch, the last worker only: the staleness study's straggler
 
   bool linear() const { return model == "lr" || model == "svm"; }
 };
@@ -364,7 +364,8 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   worker::ModelTrainer* self = nullptr;
   // Periodic held-out evaluation on worker 0 (--eval-interval), between its batches.
   auto last_eval = t0;
-  const bool slow = flags.slow_ms > 0 && w == 0 && distributed;
+  // The straggler is the last worker, so worker 0 (the evaluator) shows the model's progress in wall time.
+  const bool slow = flags.slow_ms > 0 && distributed && w + 1 == workers && workers > 1;
   std::function<void(uint64_t)> after = [&](uint64_t) {
     if (slow) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(flags.slow_ms));
     if (flags.eval_interval > 0 && w == 0 && test) {
@@ -455,7 +456,7 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                   "fm, dnn: seconds between held-out evaluations during training (worker 0; 0: at the end only)")
       ->capture_default_str();
   cmd->add_option("--slow-ms", flags->slow_ms,
-                  "fm, dnn distributed: worker 0 sleeps this long after each batch (a straggler, for staleness studies)")
+                  "fm, dnn distributed: the last worker sleeps this long after each batch (a straggler, for staleness studies)")
       ->capture_default_str();
   cmd->add_option("--format", flags->data.format, "Input format: libsvm, criteo or auto")
       ->check(CLI::IsMember({"libsvm", "criteo", "auto"}))->capture_default_str();

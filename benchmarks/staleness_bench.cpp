@@ -75,8 +75,8 @@ int run_staleness_bench(const StalenessBenchOptions& o, std::ostream& out) {
       return 1;
     }
   }
-  out << fmt::format("staleness: {} servers, {} workers (worker 0 sleeps {} ms a batch), {} examples, {} epochs, {}\n",
-                     o.servers, o.workers, o.slow_ms, o.examples, o.epochs, o.model_flags);
+  out << fmt::format("staleness: {} servers, {} workers (worker {} sleeps {} ms a batch), {} examples, {} epochs, {}\n",
+                     o.servers, o.workers, o.workers - 1, o.slow_ms, o.examples, o.epochs, o.model_flags);
   BenchReport report;
   std::map<std::string, std::vector<Point>> curves;
   for (const std::string& setting : o.settings) {
@@ -103,7 +103,8 @@ int run_staleness_bench(const StalenessBenchOptions& o, std::ostream& out) {
       out << fmt::format("{}: no held-out evaluation in {}\n", setting, metrics);
       return 1;
     }
-    static const std::regex stale_re(R"(worker 1: ([0-9.]+) examples/s.*staleness of its pulls \[0\.\.(\d+)\])");
+    // Worker 0 is a fast one.
+    static const std::regex stale_re(R"(worker 0: ([0-9.]+) examples/s.*staleness of its pulls \[0\.\.(\d+)\])");
     std::smatch m;
     double eps = 0;
     int64_t max_stale = -1;
@@ -111,7 +112,7 @@ int run_staleness_bench(const StalenessBenchOptions& o, std::ostream& out) {
       eps = std::stod(m[1]);
       max_stale = std::stoll(m[2]);
     }
-    out << fmt::format("  {:<7} final held-out log loss {:.5f} after {:.1f} s (job {:.1f} s), worker 1 {:.0f} ex/s, "
+    out << fmt::format("  {:<7} final held-out log loss {:.5f} after {:.1f} s (job {:.1f} s), worker 0 {:.0f} ex/s, "
                        "its max staleness {}\n",
                        label_of(setting), pts.back().log_loss, pts.back().seconds, wall, eps, max_stale);
     report.add(BenchRecord("staleness", setting, pts.back().log_loss, "log loss")
@@ -139,7 +140,7 @@ int run_staleness_bench(const StalenessBenchOptions& o, std::ostream& out) {
     g << "set terminal pngcairo size 900,560 noenhanced\n"
       << "set output '" << png << "'\n"
       << "set datafile separator ','\n"
-      << "set title 'held-out log loss against wall time; worker 0 of " << o.workers << " sleeps " << o.slow_ms
+      << "set title 'held-out log loss against wall time; worker " << o.workers - 1 << " of " << o.workers << " sleeps " << o.slow_ms
       << " ms a batch'\n"
       << "set xlabel 'seconds since training started'\nset ylabel 'held-out log loss'\nset key top right\nset grid\n"
       << "plot ";

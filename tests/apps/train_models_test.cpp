@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -149,6 +150,28 @@ TEST_F(TrainModels, FmAndDnnBeatLrOnTheCriteoCrosses) {
   EXPECT_LT(dnn.first, lr.first - 0.005) << "dnn " << dnn.first << " lr " << lr.first;
   EXPECT_GT(fm.second, lr.second + 0.01) << "fm AUC " << fm.second << " lr " << lr.second;
   EXPECT_GT(dnn.second, lr.second + 0.005) << "dnn AUC " << dnn.second << " lr " << lr.second;
+}
+
+// bench staleness at a toy size: every setting's curve reaches the CSV.
+TEST_F(TrainModels, BenchStalenessWritesEveryCurve) {
+  const std::string out_dir = dir_->file("stale");
+  const std::string out = run_ok({kBin, "bench", "staleness", "--out-dir", out_dir, "--examples", "6000",
+                                  "--test-examples", "1000", "--features", "2048", "--epochs", "1", "--slow-ms", "2",
+                                  "--settings", "bsp,ssp:2,asp"},
+                                 280s);
+  std::ifstream csv(out_dir + "/staleness.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "setting,seconds,heldout_log_loss");
+  std::map<std::string, int> points;
+  while (std::getline(csv, line)) {
+    const std::string setting = line.substr(0, line.find(','));
+    const double loss = std::stod(line.substr(line.rfind(',') + 1));
+    EXPECT_TRUE(loss > 0.3 && loss < 0.7) << line;
+    ++points[setting];
+  }
+  EXPECT_EQ(points.size(), 3u) << out;
+  for (const char* s : {"bsp", "ssp:2", "asp"}) EXPECT_GE(points[s], 1) << s << "\n" << out;
 }
 
 TEST_F(TrainModels, BadModelFlagsAreRefused) {

@@ -128,14 +128,15 @@ TEST_F(TrainModels, DnnOnHandwrittenDigitsReachesAPlainMlpsAccuracy) {
 
 // The planted-crosses Criteo sample (gen-data --format criteo): fm and dnn
 // see the crosses a linear model cannot, and beat lr on held-out log loss
-// and AUC.
+// and AUC (seed 3, 100k examples: lr 0.5077 / AUC 0.713, fm 0.4730 / 0.773,
+// dnn 0.4667 / 0.778; the planted model 0.3585).
 TEST_F(TrainModels, FmAndDnnBeatLrOnTheCriteoCrosses) {
   const std::string train = dir_->file("c.tsv"), test = dir_->file("ct.tsv");
-  run_ok({kBin, "gen-data", "--format", "criteo", "--out", train, "--test-out", test, "--examples", "40000",
-          "--test-examples", "10000", "--seed", "3"});
+  run_ok({kBin, "gen-data", "--format", "criteo", "--out", train, "--test-out", test, "--examples", "100000",
+          "--test-examples", "20000", "--seed", "3"});
   auto run_model = [&](std::vector<std::string> model) {
     std::vector<std::string> a = {kBin,      "train", "--train", train,         "--test", test, "--format", "criteo",
-                                  "--epochs", "2",    "--threads", "2", "--hash-bits", "18", "--quiet", "--model"};
+                                  "--epochs", "2",    "--threads", "2", "--quiet", "--model"};
     a.insert(a.end(), model.begin(), model.end());
     const std::string out = run_ok(a, 280s);
     std::smatch m;
@@ -145,11 +146,11 @@ TEST_F(TrainModels, FmAndDnnBeatLrOnTheCriteoCrosses) {
   };
   const auto lr = run_model({"lr"});
   const auto fm = run_model({"fm", "--factors", "8"});
-  const auto dnn = run_model({"dnn", "--hidden", "32", "--embedding-dim", "4"});
-  EXPECT_LT(fm.first, lr.first - 0.003) << "fm " << fm.first << " lr " << lr.first;
-  EXPECT_LT(dnn.first, lr.first - 0.005) << "dnn " << dnn.first << " lr " << lr.first;
-  EXPECT_GT(fm.second, lr.second + 0.01) << "fm AUC " << fm.second << " lr " << lr.second;
-  EXPECT_GT(dnn.second, lr.second + 0.005) << "dnn AUC " << dnn.second << " lr " << lr.second;
+  const auto dnn = run_model({"dnn", "--hidden", "64,32", "--embedding-dim", "8"});
+  EXPECT_LT(fm.first, lr.first - 0.02) << "fm " << fm.first << " lr " << lr.first;
+  EXPECT_LT(dnn.first, lr.first - 0.025) << "dnn " << dnn.first << " lr " << lr.first;
+  EXPECT_GT(fm.second, lr.second + 0.04) << "fm AUC " << fm.second << " lr " << lr.second;
+  EXPECT_GT(dnn.second, lr.second + 0.04) << "dnn AUC " << dnn.second << " lr " << lr.second;
 }
 
 // bench staleness at a toy size: every setting's curve reaches the CSV.

@@ -72,6 +72,8 @@ void expect_distributed_matches_single(const std::string& model, const std::vect
   }
 }
 
+TEST_F(TrainModels, LrTwoServersTwoWorkersMatchOneProcess) { expect_distributed_matches_single("lr", train_args("lr")); }
+
 TEST_F(TrainModels, FmTwoServersTwoWorkersMatchOneProcess) { expect_distributed_matches_single("fm", train_args("fm")); }
 
 TEST_F(TrainModels, DnnTwoServersTwoWorkersMatchOneProcess) {

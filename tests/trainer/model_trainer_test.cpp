@@ -121,6 +121,64 @@ TEST(ModelTrainer, DnnSoftmaxOnDenseInputs) {
   for (size_t i = 0; i < 3000; ++i) EXPECT_NEAR(probs[3 * i] + probs[3 * i + 1] + probs[3 * i + 2], 1.0, 1e-4);
 }
 
+// A store whose pulls answer with data `lag` clocks old and which keeps the
+// pushed gradients: staleness-aware steps divide them by the lag.
+class LaggingStore final : public ParameterStore {
+ public:
+  LaggingStore(const std::vector<ps::TableSchema>& t, int64_t lag) : inner_(t), lag_(lag) {}
+  std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
+                                 int64_t* data_clock) override {
+    auto f = inner_.pull(table, keys, out, nullptr);
+    if (data_clock != nullptr) *data_clock = clock_ - lag_;
+    return f;
+  }
+  std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys, std::span<const float> grads) override {
+    pushed.insert(pushed.end(), grads.begin(), grads.end());
+    return inner_.push(table, keys, grads);
+  }
+  std::future<rdma::Status> dense_pull(uint32_t t, uint64_t f, uint64_t r, float* o) override {
+    return inner_.dense_pull(t, f, r, o);
+  }
+  std::future<rdma::Status> dense_push(uint32_t t, uint64_t f, uint64_t r, std::span<const float> g) override {
+    return inner_.dense_push(t, f, r, g);
+  }
+  std::future<rdma::Status> clock() override {
+    ++clock_;
+    return inner_.clock();
+  }
+  int64_t current_clock() const override { return clock_; }
+  const ps::TableSchema& table(uint32_t id) const override { return inner_.table(id); }
+  std::vector<float> pushed;
+
+ private:
+  LocalStore inner_;
+  int64_t lag_, clock_ = 0;
+};
+
+TEST(ModelTrainer, StalenessAwareStepsDivideByTheMeasuredStaleness) {
+  const Dataset train(crossed(512, 3, 8, 7));
+  const ModelSpec spec = ModelSpec::fm(2);
+  const SlotMap map = SlotMap::for_data(train.view(), 12);
+  const ModelRows rows = build_model_rows(train.view(), map, spec, 1);
+  auto run = [&](bool aware) {
+    LaggingStore store(spec.tables(map), 4);
+    ModelTrainOptions o;
+    o.epochs = 1;
+    o.batch_rows = 512;  // one batch: its gradient is computed at the initial parameters either way
+    o.progress_seconds = 0;
+    o.staleness_aware = aware;
+    ModelTrainer t(store, spec, map, o, 0, 1, /*remote=*/true);
+    t.train(rows);
+    EXPECT_EQ(t.staleness().histogram[4], 1u);
+    EXPECT_DOUBLE_EQ(t.staleness().mean_scale, aware ? 0.25 : 1.0);
+    return store.pushed;
+  };
+  const std::vector<float> plain = run(false), aware = run(true);
+  ASSERT_EQ(plain.size(), aware.size());
+  ASSERT_FALSE(plain.empty());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(aware[i], plain[i] / 4, 1e-6f * (1 + std::abs(plain[i]))) << i;
+}
+
 TEST(ModelRows, FieldsComeFromKeyNamespacesAndDenseInputsFromSmallIndices) {
   DatasetArrays a;
   // Row 0: libsvm dense index 2 (value 0.5), a field-7 key, a namespace-0 key above the dense range.

@@ -1,4 +1,4 @@
-// `parafab predict`: probabilities from a saved linear model.
+// `parafab predict`: probabilities from a saved model (lr, svm, fm or dnn).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -6,8 +6,12 @@
 
 #include "apps/commands.h"
 #include "apps/data_loading.h"
+#include "kernels/memory.h"
 #include "worker/linear_model_file.h"
 #include "worker/local_trainer.h"
+#include "worker/model_file.h"
+#include "worker/model_trainer.h"
+#include "worker/saved_model_store.h"
 
 namespace parafab::apps {
 namespace {
@@ -18,7 +22,39 @@ struct PredictFlags {
   int threads = 1;
 };
 
+// fm and dnn: the trainer's evaluation against the saved parameters; K
+// probabilities a line for a softmax dnn.
+int run_predict_model(const PredictFlags& f) {
+  worker::SavedModelStore store(worker::load_model_file(f.model));
+  const worker::SavedModel& m = store.model();
+  std::fprintf(stderr, "model %s: %s, %s, %zu keys\n", f.model.c_str(), m.spec.describe().c_str(),
+               m.map.describe().c_str(), m.keys.size());
+  kernels::set_host_threads(f.threads);
+  const worker::Dataset data = load_data("data", f.data, f.data_flags, f.threads, "",
+                                         m.spec.kind == worker::ModelKind::kDnn ? m.spec.classes : 2);
+  const worker::ModelRows rows = worker::build_model_rows(data.view(), m.map, m.spec, f.threads);
+  worker::ModelTrainOptions o;
+  o.progress_seconds = 0;
+  worker::ModelTrainer t(store, m.spec, m.map, o, 0, 1, false);
+  std::vector<float> probs;
+  const worker::Evaluation e = t.evaluate(rows, &probs);
+  const size_t k = static_cast<size_t>(m.spec.outputs());
+  std::FILE* out = std::fopen(f.out.c_str(), "w");
+  if (out == nullptr) throw std::runtime_error(fmt::format("--out {}: cannot open for writing", f.out));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(out, &std::fclose);
+  for (size_t i = 0; i < probs.size(); i += k) {
+    for (size_t c = 0; c < k; ++c) std::fprintf(out, c == 0 ? "%.7g" : " %.7g", probs[i + c]);
+    std::fputc('\n', out);
+  }
+  if (std::fflush(out) != 0) throw std::runtime_error(fmt::format("--out {}: write failed", f.out));
+  std::printf("data (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f\n",
+              static_cast<unsigned long long>(e.examples), e.log_loss, e.auc, e.accuracy);
+  std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size() / k, f.out.c_str());
+  return 0;
+}
+
 int run_predict(const PredictFlags& f) {
+  if (worker::is_model_file(f.model)) return run_predict_model(f);
   const worker::LinearModel model = worker::load_linear_model(f.model);
   std::fprintf(stderr, "model %s: %s, %s\n", f.model.c_str(),
                model.loss == kernels::Loss::kHinge ? "svm" : "lr", model.map.describe().c_str());

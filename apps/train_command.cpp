@@ -21,6 +21,7 @@
 #include "worker/kv_client.h"
 #include "worker/linear_model_file.h"
 #include "worker/local_trainer.h"
+#include "worker/model_file.h"
 #include "worker/model_spec.h"
 #include "worker/model_trainer.h"
 #include "worker/parameter_store.h"
@@ -285,8 +286,6 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   const worker::TrainOptions& opt = flags.opt;
   if (!flags.predictions.empty() && flags.test.empty())
     throw std::invalid_argument("--predictions needs --test (the examples to predict)");
-  if (!flags.save_model.empty())
-    throw std::invalid_argument("--save-model: model files hold lr and svm models; fm and dnn cannot be saved yet");
   if (!flags.planted.empty()) throw std::invalid_argument("--planted: planted weights are linear (lr, svm)");
   if (flags.model == "fm" && flags.classes != 2) throw std::invalid_argument("--classes: fm is binary; use --model dnn");
   if (flags.eval_interval > 0 && flags.test.empty()) throw std::invalid_argument("--eval-interval needs --test");
@@ -392,6 +391,12 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (distributed) node->client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true);
   if (w == 0 && test) report_model_eval(flags, run, *test, spec, metrics, std::chrono::duration<double>(Clock::now() - t0).count());
+  if (w == 0 && !flags.save_model.empty()) {
+    const worker::SavedModel saved = run.gather(rows, map);
+    worker::save_model_file(flags.save_model, saved);
+    std::fprintf(stderr, "saved model to %s (%zu keys, %zu MLP parameters)\n", flags.save_model.c_str(),
+                 saved.keys.size(), saved.mlp.size());
+  }
   const worker::StalenessStats& st = run.staleness();
   std::string hist;
   size_t last = 0;

@@ -366,4 +366,30 @@ Evaluation ModelTrainer::evaluate(const ModelRows& data, std::vector<float>* pro
   return e;
 }
 
+SavedModel ModelTrainer::gather(const ModelRows& train, const SlotMap& map) {
+  SavedModel m;
+  m.spec = spec_;
+  m.map = map;
+  m.keys.assign(train.sparse.cols.begin(), train.sparse.cols.end());
+  if (spec_.kind == ModelKind::kFm) m.keys.push_back(bias_key_);
+  std::sort(m.keys.begin(), m.keys.end());
+  m.keys.erase(std::unique(m.keys.begin(), m.keys.end()), m.keys.end());
+  const uint64_t w = spec_.sparse_width();
+  m.values.resize(m.keys.size() * w);
+  constexpr size_t kChunk = 1 << 18;  // keys per pull
+  for (size_t i = 0; i < m.keys.size(); i += kChunk) {
+    const size_t n = std::min(kChunk, m.keys.size() - i);
+    check(store_.pull(0, std::span<const uint64_t>(m.keys.data() + i, n), m.values.data() + i * w).get(),
+          "pull of the model");
+  }
+  if (spec_.kind == ModelKind::kDnn) {
+    Batch empty;
+    Params p;
+    check(pull(empty, p, true).get(), "pull of the model");
+    for (auto& f : p.dense) check(f.get(), "pull of the MLP");
+    m.mlp = std::move(p.mlp);
+  }
+  return m;
+}
+
 }  // namespace parafab::worker

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "worker/local_trainer.h"
+#include "worker/model_file.h"
 #include "worker/model_spec.h"
 #include "worker/parameter_store.h"
 
@@ -63,6 +64,11 @@ class ModelTrainer {
   Evaluation evaluate(const ModelRows& data, std::vector<float>* probabilities = nullptr);
 
   const StalenessStats& staleness() const { return staleness_; }
+
+  // The model as the store holds it now: every slot of `train` (and the fm
+  // bias) with its values, and the MLP, for save_model_file. Against
+  // servers, call it after every worker's last push (a barrier).
+  SavedModel gather(const ModelRows& train, const SlotMap& map);
 
  private:
   struct Batch;

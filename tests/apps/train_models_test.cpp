@@ -177,6 +177,45 @@ TEST_F(TrainModels, BenchStalenessWritesEveryCurve) {
   for (const char* s : {"bsp", "ssp:2", "asp"}) EXPECT_GE(points[s], 1) << s << "\n" << out;
 }
 
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> v;
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+// --save-model gathers the model (from the servers under launch, on worker
+// 0), and predict from the file writes exactly train's --predictions.
+TEST_F(TrainModels, SavedFmAndDnnModelsPredictWhatTrainingPredicted) {
+  for (const std::string model : {"fm", "dnn"}) {
+    for (const bool distributed : {false, true}) {
+      SCOPED_TRACE(model + (distributed ? " under launch" : " in one process"));
+      const std::string file = dir_->file(model + "-model.pfm"), preds = dir_->file(model + ".pred"),
+                        again = dir_->file(model + ".again");
+      std::vector<std::string> a = train_args(model);
+      a.insert(a.end(), {"--save-model", file, "--predictions", preds});
+      if (distributed) a.insert(a.begin(), {kBin, "launch", "--servers", "2", "--workers", "2", "--"});
+      run_ok(a, 170s);
+      const std::string out = run_ok({kBin, "predict", "--model", file, "--data", dir_->file("test.svm"), "--out", again});
+      EXPECT_NE(out.find("data (8000 examples): log loss"), std::string::npos) << out;
+      const std::vector<std::string> p = lines_of(preds), q = lines_of(again);
+      ASSERT_EQ(p.size(), 8000u);
+      EXPECT_EQ(p, q);
+    }
+  }
+  // A damaged file is refused, naming it.
+  const std::string file = dir_->file("fm-model.pfm");
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x5a');
+  }
+  ChildProcess p({kBin, "predict", "--model", file, "--data", dir_->file("test.svm"), "--out", dir_->file("x")}, {});
+  ASSERT_TRUE(benchmarks::wait_for_exit({&p}, ChildProcess::Clock::now() + 60s));
+  EXPECT_NE(p.exit_code(), 0);
+  EXPECT_NE(p.output().find(file + ": model payload checksum mismatch"), std::string::npos) << p.output();
+}
+
 TEST_F(TrainModels, BadModelFlagsAreRefused) {
   ChildProcess p({kBin, "train", "--train", dir_->file("train.svm"), "--model", "fm", "--classes", "3"}, {});
   ASSERT_TRUE(benchmarks::wait_for_exit({&p}, ChildProcess::Clock::now() + 60s));

@@ -29,7 +29,7 @@ struct StalenessBenchOptions {
   double eval_interval = 0.2;  // seconds
   // fm with no factors is logistic regression through the minibatch trainer
   // (the planted data is linear: factors would only overfit the picture).
-  std::string model_flags = "--model fm --factors 0";
+  std::string model_flags = "--model fm --factors 0 --lr 0.05";
   std::string out_dir = "staleness";
   std::string json_path;
   uint64_t seed = 1;

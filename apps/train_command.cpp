@@ -51,7 +51,12 @@ struct TrainFlags {
   double eval_interval = 0;
   double slow_ms = 0;  // per batch, the last worker only: the staleness study's straggler
 
-  bool linear() const { return model == "lr" || model == "svm"; }
+  float ftrl_alpha = 0.1f, ftrl_beta = 1.0f, ftrl_l1 = 1.0f, ftrl_l2 = 1.0f;
+
+  // lr with FTRL-Proximal runs through the minibatch trainer (an fm of no
+  // factors is logistic regression) against tables with the FTRL updater.
+  bool ftrl() const { return optimizer == "ftrl"; }
+  bool linear() const { return (model == "lr" || model == "svm") && !ftrl(); }
 };
 
 // JSON lines for tools (--metrics-out): one object per progress report and
@@ -157,6 +162,9 @@ int run_model_train(const TrainFlags& flags, bool distributed);
 
 int run_train(const TrainFlags& flags) {
   const bool distributed = !flags.cluster.scheduler.empty() || std::getenv("PARAFAB_SCHEDULER") != nullptr;
+  if (flags.ftrl() && flags.model != "lr") {
+    throw std::invalid_argument("--optimizer ftrl: for --model lr (FTRL-Proximal is a logistic-regression method)");
+  }
   if (!flags.linear()) return run_model_train(flags, distributed);
   if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
   if (distributed) return run_distributed_train(flags);
@@ -295,8 +303,8 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   DataFlags data = flags.data;
   const worker::Dataset train = load_data("train", flags.train, data, opt.threads, flags.cache, flags.classes);
   const worker::SlotMap map = worker::SlotMap::for_data(train.view(), flags.hash_bits);
-  worker::ModelSpec spec = flags.model == "fm"
-                               ? worker::ModelSpec::fm(flags.factors)
+  worker::ModelSpec spec = flags.model == "fm" || flags.ftrl()
+                               ? worker::ModelSpec::fm(flags.ftrl() ? 0 : flags.factors)
                                : worker::ModelSpec::dnn(train.view(), flags.embedding_dim, parse_hidden(flags.hidden),
                                                         flags.classes, flags.dense_features);
   // fm's factors multiply: a smaller AdaGrad step than the linear models'
@@ -304,6 +312,14 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   // and within 1% of one process at 2 x 2).
   spec.hyper.sparse_lr = flags.model == "fm" && (flags.lr_option == nullptr || flags.lr_option->count() == 0) ? 0.02f : opt.lr;
   spec.hyper.dense_lr = flags.dense_lr;
+  if (flags.ftrl()) {
+    spec.hyper.sparse_updater = ps::UpdaterKind::kFtrl;
+    spec.hyper.ftrl_alpha = flags.ftrl_alpha;
+    spec.hyper.ftrl_beta = flags.ftrl_beta;
+    spec.hyper.ftrl_l1 = flags.ftrl_l1;
+    spec.hyper.ftrl_l2 = flags.ftrl_l2;
+    spec.hyper.init_stddev = 0.0f;  // FTRL starts from w = 0
+  }
   spec.hyper.seed = opt.seed;
   const worker::ModelRows rows = worker::build_model_rows(train.view(), map, spec, opt.threads);
   std::optional<worker::ModelRows> test;
@@ -314,7 +330,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   worker::ModelTrainOptions mo;
   mo.epochs = opt.epochs;
   mo.batch_rows = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
-  mo.l2 = flags.model == "fm" ? opt.l2 : 0.0f;
+  mo.l2 = flags.model == "fm" ? opt.l2 : 0.0f;  // FTRL has its own L2
   mo.seed = opt.seed;
   mo.shuffle = opt.shuffle;
   // A pull issued before this worker's previous push misses it (no
@@ -481,8 +497,16 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                                      "table; fm's default is 0.02)")
                          ->capture_default_str();
   cmd->add_option("--l2", flags->opt.l2, "L2 regularization per step on touched weights")->capture_default_str();
-  cmd->add_option("--optimizer", flags->optimizer, "adagrad (per-coordinate steps) or sgd (constant step)")
-      ->check(CLI::IsMember({"adagrad", "sgd"}))->capture_default_str();
+  cmd->add_option("--ftrl-alpha", flags->ftrl_alpha, "--optimizer ftrl: per-coordinate rate alpha / (beta + sqrt(n))")
+      ->capture_default_str();
+  cmd->add_option("--ftrl-beta", flags->ftrl_beta, "--optimizer ftrl: beta")->capture_default_str();
+  cmd->add_option("--ftrl-l1", flags->ftrl_l1, "--optimizer ftrl: L1 strength (exact zeros: a sparse model)")
+      ->capture_default_str();
+  cmd->add_option("--ftrl-l2", flags->ftrl_l2, "--optimizer ftrl: L2 strength")->capture_default_str();
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "adagrad (per-coordinate steps), sgd (constant step) or, for lr, ftrl (FTRL-Proximal with L1, "
+                  "McMahan et al. 2013; trained by minibatches, saved as an fm/dnn-format model)")
+      ->check(CLI::IsMember({"adagrad", "sgd", "ftrl"}))->capture_default_str();
   flags->batch_option = cmd->add_option("--batch-size", flags->opt.batch_rows,
                                         "Rows per Hogwild batch (distributed: rows per pull/push/clock, default 256)")
                             ->check(CLI::PositiveNumber)

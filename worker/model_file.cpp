@@ -94,6 +94,11 @@ std::string payload_of(const SavedModel& m) {
   for (int16_t f : s.field_of_namespace) put(b, f);
   put(b, s.hyper.init_stddev);
   put(b, static_cast<uint64_t>(s.hyper.seed));
+  put(b, static_cast<uint32_t>(s.hyper.sparse_updater));
+  put(b, s.hyper.ftrl_alpha);
+  put(b, s.hyper.ftrl_beta);
+  put(b, s.hyper.ftrl_l1);
+  put(b, s.hyper.ftrl_l2);
   put(b, static_cast<uint32_t>(m.map.mode));
   put(b, static_cast<uint64_t>(m.map.dim));
   put(b, static_cast<uint64_t>(m.keys.size()));
@@ -210,6 +215,15 @@ SavedModel load_model_file(const std::string& path) {
   for (int16_t& f : s.field_of_namespace) f = c.get<int16_t>("field map");
   s.hyper.init_stddev = c.get<float>("initializer");
   s.hyper.seed = c.get<uint64_t>("initializer seed");
+  const uint32_t updater = c.get<uint32_t>("updater");
+  if (updater > static_cast<uint32_t>(ps::UpdaterKind::kAdam)) {
+    throw DataError(path, fmt::format("model file names an unknown updater {}", updater));
+  }
+  s.hyper.sparse_updater = static_cast<ps::UpdaterKind>(updater);
+  s.hyper.ftrl_alpha = c.get<float>("FTRL alpha");
+  s.hyper.ftrl_beta = c.get<float>("FTRL beta");
+  s.hyper.ftrl_l1 = c.get<float>("FTRL l1");
+  s.hyper.ftrl_l2 = c.get<float>("FTRL l2");
   const uint32_t mode = c.get<uint32_t>("slot mode");
   const uint64_t dim = c.get<uint64_t>("slot dim");
   if (mode > 1 || dim == 0 || dim > (1ULL << 31) ||

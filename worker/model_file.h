@@ -6,7 +6,8 @@
 // version, u32 0, u64 payload bytes, u64 xxHash64 of the payload, u64 0,
 // u64 xxHash64 of the header's first 40 bytes}, then the payload: the spec
 // (kind, factors, embedding dim, classes, dense inputs, fields, hidden sizes,
-// the field of each key namespace, the sparse table's initializer), the slot
+// the field of each key namespace, the sparse table's initializer and
+// updater), the slot
 // map, the keys (u64) and their values (width floats each), the MLP's flat
 // parameters (kernels/mlp.h layout). Written to a temp file, fsynced and
 // renamed. A key absent from the file reads as the table's initial value,

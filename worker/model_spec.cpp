@@ -74,9 +74,17 @@ std::vector<ps::TableSchema> ModelSpec::tables(const SlotMap& /*map*/) const {
   sparse.init.kind = ps::InitializerKind::kNormal;
   sparse.init.stddev = hyper.init_stddev;
   sparse.init.seed = hyper.seed;
-  sparse.updater.kind = ps::UpdaterKind::kAdaGrad;
-  sparse.updater.learning_rate = hyper.sparse_lr;
-  sparse.updater.l2 = hyper.l2;
+  sparse.updater.kind = hyper.sparse_updater;
+  if (hyper.sparse_updater == ps::UpdaterKind::kFtrl) {
+    sparse.updater.ftrl_alpha = hyper.ftrl_alpha;
+    sparse.updater.ftrl_beta = hyper.ftrl_beta;
+    sparse.updater.ftrl_l1 = hyper.ftrl_l1;
+    sparse.updater.ftrl_l2 = hyper.ftrl_l2;
+  } else {
+    sparse.updater.learning_rate = hyper.sparse_lr;
+    sparse.updater.l2 = hyper.l2;
+  }
+  if (hyper.init_stddev == 0.0f) sparse.init = {};
   t.push_back(sparse);
   if (kind == ModelKind::kDnn) {
     const kernels::MlpShape m = mlp_shape();
@@ -108,6 +116,10 @@ std::vector<ps::TableSchema> ModelSpec::tables(const SlotMap& /*map*/) const {
 }
 
 std::string ModelSpec::describe() const {
+  if (kind == ModelKind::kFm && factors == 0 && hyper.sparse_updater == ps::UpdaterKind::kFtrl) {
+    return fmt::format("lr (FTRL-Proximal: alpha {}, beta {}, l1 {}, l2 {})", hyper.ftrl_alpha, hyper.ftrl_beta,
+                       hyper.ftrl_l1, hyper.ftrl_l2);
+  }
   if (kind == ModelKind::kFm) return fmt::format("fm with {} factors", factors);
   std::string h;
   for (int x : hidden) h += (h.empty() ? "" : ",") + std::to_string(x);

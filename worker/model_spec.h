@@ -35,7 +35,9 @@ namespace parafab::worker {
 enum class ModelKind { kFm, kDnn };
 
 struct ModelHyper {
+  ps::UpdaterKind sparse_updater = ps::UpdaterKind::kAdaGrad;  // or FTRL (lr through an fm of no factors)
   float sparse_lr = 0.05f;  // AdaGrad rate of the sparse table (fm, dnn embeddings)
+  float ftrl_alpha = 0.1f, ftrl_beta = 1.0f, ftrl_l1 = 1.0f, ftrl_l2 = 1.0f;
   float dense_lr = 1e-3f;   // Adam rate of the MLP (dnn)
   float l2 = 0.0f;          // L2 of the sparse table's updater
   float init_stddev = 0.01f;  // fm factors, dnn embeddings

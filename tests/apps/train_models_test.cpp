@@ -14,6 +14,7 @@
 
 #include "benchmarks/child_process.h"
 #include "tests/common/temp_dir.h"
+#include "worker/model_file.h"
 
 namespace parafab {
 namespace {
@@ -73,6 +74,31 @@ void expect_distributed_matches_single(const std::string& model, const std::vect
 }
 
 TEST_F(TrainModels, LrTwoServersTwoWorkersMatchOneProcess) { expect_distributed_matches_single("lr", train_args("lr")); }
+
+TEST_F(TrainModels, LrWithFtrlTwoServersTwoWorkersMatchOneProcess) {
+  std::vector<std::string> a = train_args("lr");
+  a.insert(a.end(), {"--optimizer", "ftrl"});
+  expect_distributed_matches_single("lr/ftrl", a);
+}
+
+// FTRL's L1 gives exact zeros: the stronger it is, the fewer weights survive.
+TEST_F(TrainModels, FtrlL1GivesASparseModel) {
+  auto nonzeros = [&](const char* l1) {
+    const std::string file = dir_->file(std::string("ftrl-") + l1 + ".pfm");
+    std::vector<std::string> a = train_args("lr");
+    a.insert(a.end(), {"--optimizer", "ftrl", "--ftrl-l1", l1, "--save-model", file});
+    run_ok(a);
+    const worker::SavedModel m = worker::load_model_file(file);
+    EXPECT_EQ(m.spec.hyper.sparse_updater, ps::UpdaterKind::kFtrl);
+    size_t n = 0;
+    for (float v : m.values) n += v != 0.0f;
+    return std::pair<size_t, size_t>{n, m.values.size()};
+  };
+  const auto weak = nonzeros("0.1"), strong = nonzeros("30");
+  EXPECT_GT(weak.first, weak.second / 2) << weak.first << " of " << weak.second;
+  EXPECT_LT(strong.first, weak.first / 2) << strong.first << " against " << weak.first;
+  EXPECT_GT(strong.first, 0u);
+}
 
 TEST_F(TrainModels, FmTwoServersTwoWorkersMatchOneProcess) { expect_distributed_matches_single("fm", train_args("fm")); }
 

@@ -19,6 +19,8 @@
 //   held together.
 #pragma once
 
+#include <sys/types.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -134,6 +136,7 @@ struct Endpoint::Impl {
   std::unordered_map<PeerId, fi_addr_t> peer_addrs;
   std::unordered_map<fi_addr_t, PeerId> addr_peers;
   std::unordered_map<PeerId, std::string> peer_names;  // fi_av_straddr of each peer
+  std::unordered_map<PeerId, pid_t> shm_pid;           // shm peers: the process behind the address
   // Per-peer FIFO: a sender numbers its messages to each peer (the frame's
   // message id); the receiver hands them out in that order, holding a small
   // message that overtook a large one still being reassembled. A gap that

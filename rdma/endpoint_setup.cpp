@@ -6,7 +6,11 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/types.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstring>
@@ -190,6 +194,17 @@ fi_addr_t Endpoint::Impl::lookup_locked(PeerId peer, Status& err) const {
     err = Status(StatusCode::kInvalidArgument, "peer " + std::to_string(peer) + " was never added (add_peer)");
     return FI_ADDR_UNSPEC;
   }
+  // shm: a peer process killed while it held the lock of its shared region
+  // leaves it held, and libfabric's shm then spins forever in the next post
+  // to that peer (seen in fi_tsend, a pthread spinlock in the peer's region).
+  // The address names the peer's pid (fi_shm://PID:...), so a post to a
+  // process that is gone fails here instead. A peer that dies while a post
+  // is already spinning is not covered: that needs robust locks in the provider.
+  if (const auto pid = shm_pid.find(peer); pid != shm_pid.end() && ::kill(pid->second, 0) != 0 && errno == ESRCH) {
+    err = Status(StatusCode::kPeerError, describe_peer_locked(peer) + ": its process " + std::to_string(pid->second) +
+                                             " has exited (shm)");
+    return FI_ADDR_UNSPEC;
+  }
   return it->second;
 }
 
@@ -285,6 +300,16 @@ void Endpoint::add_peer(PeerId peer, std::span<const std::byte> address) {
   m.peer_addrs[peer] = addr;
   m.addr_peers[addr] = peer;
   m.peer_names[peer] = name;
+  // fi_shm://PID:... (see lookup_locked).
+  constexpr std::string_view kShm = "fi_shm://";
+  const std::string_view n(name);
+  if (n.substr(0, kShm.size()) == kShm) {
+    long pid = 0;
+    const std::string_view digits = n.substr(kShm.size());
+    size_t i = 0;
+    while (i < digits.size() && digits[i] >= '0' && digits[i] <= '9' && pid < (1L << 31)) pid = pid * 10 + (digits[i++] - '0');
+    if (i > 0 && i < digits.size() && digits[i] == ':' && pid > 0) m.shm_pid[peer] = static_cast<pid_t>(pid);
+  }
 }
 
 bool Endpoint::has_peer(PeerId peer) const {

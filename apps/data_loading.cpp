@@ -27,12 +27,15 @@ void write_probabilities(const std::string& path, const std::vector<float>& p) {
 }
 
 worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
-                          int threads, const std::string& cache_path, int classes) {
+                          int threads, const std::string& cache_path, int classes, uint32_t part,
+                          uint32_t parts) {
   worker::ReadOptions opt;
   opt.format = worker::parse_data_format(flags.format);
   opt.skip_bad_lines = flags.skip_bad_lines;
   opt.threads = threads;
   opt.classes = classes;
+  opt.part = part;
+  opt.parts = parts;
   worker::ReadStats stats;
   bool from_cache = false;
   const auto t0 = std::chrono::steady_clock::now();

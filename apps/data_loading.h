@@ -19,8 +19,10 @@ struct DataFlags {
 // Reads path (through cache_path when not empty), prints the summary and the
 // skipped-line report to stderr. Throws worker::DataError on bad input.
 // classes > 2: libsvm labels are class ids 0 .. classes-1.
+// part/parts: read only that newline-aligned byte range (a worker's share).
 worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
-                          int threads, const std::string& cache_path, int classes = 2);
+                          int threads, const std::string& cache_path, int classes = 2, uint32_t part = 0,
+                          uint32_t parts = 1);
 
 // Writes one probability per line ("%.7g"), in order. Throws
 // std::runtime_error naming the path on I/O errors.

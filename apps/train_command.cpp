@@ -38,6 +38,7 @@ struct TrainFlags {
   bool quiet = false;
   ClusterFlags cluster;           // distributed when a scheduler is given (flag or PARAFAB_SCHEDULER)
   bool no_pull_ahead = false;
+  bool partition = false;
   bool pull_ahead = false;  // fm, dnn: off unless asked (it breaks read-my-writes; see --help)
   CLI::Option* lr_option = nullptr;
   CLI::Option* batch_option = nullptr;
@@ -83,6 +84,10 @@ class MetricsOut {
  private:
   std::FILE* f_ = nullptr;
 };
+
+void check_status(const rdma::Status& s, const char* what) {
+  if (!s.ok()) throw std::runtime_error(std::string(what) + ": " + s.to_string());
+}
 
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
 
@@ -166,6 +171,10 @@ int run_train(const TrainFlags& flags) {
     throw std::invalid_argument("--optimizer ftrl: for --model lr (FTRL-Proximal is a logistic-regression method)");
   }
   if (!flags.linear()) return run_model_train(flags, distributed);
+  if (flags.partition) {
+    throw std::invalid_argument("--partition: for fm, dnn and lr with --optimizer ftrl (lr and svm with adagrad or sgd "
+                                "read the whole file)");
+  }
   if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
   if (distributed) return run_distributed_train(flags);
   worker::TrainOptions opt = flags.opt;
@@ -301,45 +310,59 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   if (flags.eval_interval > 0 && flags.test.empty()) throw std::invalid_argument("--eval-interval needs --test");
   kernels::set_host_threads(opt.threads);
   DataFlags data = flags.data;
-  const worker::Dataset train = load_data("train", flags.train, data, opt.threads, flags.cache, flags.classes);
-  const worker::SlotMap map = worker::SlotMap::for_data(train.view(), flags.hash_bits);
-  worker::ModelSpec spec = flags.model == "fm" || flags.ftrl()
-                               ? worker::ModelSpec::fm(flags.ftrl() ? 0 : flags.factors)
-                               : worker::ModelSpec::dnn(train.view(), flags.embedding_dim, parse_hidden(flags.hidden),
-                                                        flags.classes, flags.dense_features);
-  // fm's factors multiply: a smaller AdaGrad step than the linear models'
-  // (measured on the Criteo sample: 0.464 at 0.02 against 0.473 at 0.05,
-  // and within 1% of one process at 2 x 2).
-  spec.hyper.sparse_lr = flags.model == "fm" && (flags.lr_option == nullptr || flags.lr_option->count() == 0) ? 0.02f : opt.lr;
-  spec.hyper.dense_lr = flags.dense_lr;
-  if (flags.ftrl()) {
-    spec.hyper.sparse_updater = ps::UpdaterKind::kFtrl;
-    spec.hyper.ftrl_alpha = flags.ftrl_alpha;
-    spec.hyper.ftrl_beta = flags.ftrl_beta;
-    spec.hyper.ftrl_l1 = flags.ftrl_l1;
-    spec.hyper.ftrl_l2 = flags.ftrl_l2;
-    spec.hyper.init_stddev = 0.0f;  // FTRL starts from w = 0
+  if (flags.partition && !distributed) {
+    throw std::invalid_argument("--partition: for a worker of a job (one process reads the whole --train)");
   }
-  spec.hyper.seed = opt.seed;
-  const worker::ModelRows rows = worker::build_model_rows(train.view(), map, spec, opt.threads);
-  std::optional<worker::ModelRows> test;
-  if (!flags.test.empty()) {
-    const worker::Dataset t = load_data("test", flags.test, data, opt.threads, "", flags.classes);
-    test = worker::build_model_rows(t.view(), map, spec, opt.threads);
+  if (flags.partition && !flags.cache.empty()) {
+    throw std::invalid_argument("--partition: --cache holds a whole file; give one or the other");
   }
-  worker::ModelTrainOptions mo;
-  mo.epochs = opt.epochs;
-  mo.batch_rows = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
-  mo.l2 = flags.model == "fm" ? opt.l2 : 0.0f;  // FTRL has its own L2
-  mo.seed = opt.seed;
-  mo.shuffle = opt.shuffle;
-  // A pull issued before this worker's previous push misses it (no
-  // read-my-writes): for fm on the Criteo sample that cost 0.04 nats at
-  // 2 x 2, so fm and dnn read after their own push unless asked.
-  if (flags.pull_ahead && flags.no_pull_ahead) throw std::invalid_argument("--pull-ahead and --no-pull-ahead: pick one");
-  mo.pull_ahead = flags.pull_ahead;
-  mo.staleness_aware = flags.staleness_aware;
-  mo.progress_seconds = opt.progress_seconds;
+  // Whole file: every worker reads all of --train (so the slot map and the
+  // dnn's fields come from all of it, as in one process) and trains on its
+  // batches. --partition: each reads only its byte range; the slot map is
+  // hashed and the fields are the format's, so every worker agrees without
+  // seeing the others' data.
+  std::optional<worker::Dataset> train;
+  worker::SlotMap map;
+  const std::vector<int> hidden = flags.model == "dnn" ? parse_hidden(flags.hidden) : std::vector<int>{};
+  auto make_spec = [&](const worker::DatasetView* all) {
+    worker::ModelSpec sp;
+    if (flags.model == "fm" || flags.ftrl()) {
+      sp = worker::ModelSpec::fm(flags.ftrl() ? 0 : flags.factors);
+    } else if (all != nullptr) {
+      sp = worker::ModelSpec::dnn(*all, flags.embedding_dim, hidden, flags.classes, flags.dense_features);
+    } else {
+      const bool criteo = worker::detect_file_format(flags.train, worker::parse_data_format(data.format)) ==
+                          worker::DataFormat::kCriteo;
+      sp = worker::ModelSpec::dnn_with_fields(worker::ModelSpec::fields_of_format(criteo), flags.embedding_dim, hidden,
+                                              flags.classes, flags.dense_features);
+    }
+    // fm's factors multiply: a smaller AdaGrad step than the linear models'
+    // (measured on the Criteo sample: 0.464 at 0.02 against 0.473 at 0.05,
+    // and within 1% of one process at 2 x 2).
+    sp.hyper.sparse_lr =
+        flags.model == "fm" && (flags.lr_option == nullptr || flags.lr_option->count() == 0) ? 0.02f : opt.lr;
+    sp.hyper.dense_lr = flags.dense_lr;
+    if (flags.ftrl()) {
+      sp.hyper.sparse_updater = ps::UpdaterKind::kFtrl;
+      sp.hyper.ftrl_alpha = flags.ftrl_alpha;
+      sp.hyper.ftrl_beta = flags.ftrl_beta;
+      sp.hyper.ftrl_l1 = flags.ftrl_l1;
+      sp.hyper.ftrl_l2 = flags.ftrl_l2;
+      sp.hyper.init_stddev = 0.0f;  // FTRL starts from w = 0
+    }
+    sp.hyper.seed = opt.seed;
+    return sp;
+  };
+  worker::ModelSpec spec;
+  if (flags.partition) {
+    map = worker::SlotMap{worker::SlotMode::kHashed,
+                          uint64_t{1} << (flags.hash_bits > 0 ? flags.hash_bits : worker::SlotMap::kDefaultHashBits)};
+    spec = make_spec(nullptr);
+  } else {
+    train = load_data("train", flags.train, data, opt.threads, flags.cache, flags.classes);
+    map = worker::SlotMap::for_data(train->view(), flags.hash_bits);
+    spec = make_spec(&train->view());
+  }
   std::optional<ClusterNode> node;
   std::unique_ptr<worker::KvClient> kv;
   std::unique_ptr<worker::ParameterStore> store;
@@ -362,6 +385,30 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   } else {
     store = std::make_unique<worker::LocalStore>(spec.tables(map));
   }
+  if (flags.partition) {
+    train = load_data(fmt::format("train part {}/{}", w + 1, workers), flags.train, data, opt.threads, "",
+                      flags.classes, w, workers);
+  }
+  const worker::ModelRows rows = worker::build_model_rows(train->view(), map, spec, opt.threads);
+  train.reset();  // the rows are what training reads
+  std::optional<worker::ModelRows> test;
+  if (!flags.test.empty() && w == 0) {
+    const worker::Dataset t = load_data("test", flags.test, data, opt.threads, "", flags.classes);
+    test = worker::build_model_rows(t.view(), map, spec, opt.threads);
+  }
+  worker::ModelTrainOptions mo;
+  mo.epochs = opt.epochs;
+  mo.batch_rows = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
+  mo.l2 = flags.model == "fm" ? opt.l2 : 0.0f;  // FTRL has its own L2
+  mo.seed = opt.seed;
+  mo.shuffle = opt.shuffle;
+  // A pull issued before this worker's previous push misses it (no
+  // read-my-writes): for fm on the Criteo sample that cost 0.04 nats at
+  // 2 x 2, so fm and dnn read after their own push unless asked.
+  if (flags.pull_ahead && flags.no_pull_ahead) throw std::invalid_argument("--pull-ahead and --no-pull-ahead: pick one");
+  mo.pull_ahead = flags.pull_ahead;
+  mo.staleness_aware = flags.staleness_aware;
+  mo.progress_seconds = opt.progress_seconds;
   // Under a job, "%r" in --metrics-out is the worker's index; without it
   // only worker 0 writes the file (the one that evaluates).
   std::string metrics_path = flags.metrics_out;
@@ -404,7 +451,8 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     }
   };
   mo.after_batch = after;
-  worker::ModelTrainer run(*store, spec, map, mo, w, workers, distributed);
+  // With --partition every row read is this worker's: it takes all batches.
+  worker::ModelTrainer run(*store, spec, map, mo, flags.partition ? 0 : w, flags.partition ? 1 : workers, distributed);
   self = &run;
   auto printer = progress_printer(flags, distributed ? fmt::format("worker {}: ", w) : "");
   run.train(rows, [&](const worker::TrainProgress& p) {
@@ -414,10 +462,12 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                              json_number(p.seconds), p.epoch_done ? "true" : "false"));
   });
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Leave the SSP minimum: with --partition the workers' batch counts differ.
+  check_status(store->finish().get(), "finish");
   if (distributed) node->client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true);
   if (w == 0 && test) report_model_eval(flags, run, *test, spec, metrics, std::chrono::duration<double>(Clock::now() - t0).count());
   if (w == 0 && !flags.save_model.empty()) {
-    const worker::SavedModel saved = run.gather(rows, map);
+    const worker::SavedModel saved = flags.partition ? run.gather_all_slots(map) : run.gather(rows, map);
     worker::save_model_file(flags.save_model, saved);
     std::fprintf(stderr, "saved model to %s (%zu keys, %zu MLP parameters)\n", flags.save_model.c_str(),
                  saved.keys.size(), saved.mlp.size());
@@ -427,7 +477,8 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   size_t last = 0;
   for (size_t i = 0; i < st.histogram.size(); ++i) if (st.histogram[i] > 0) last = i;
   for (size_t i = 0; i <= last; ++i) hist += (i ? ", " : "") + std::to_string(st.histogram[i]);
-  const double eps = train_s > 0 ? static_cast<double>(rows.rows()) * mo.epochs / workers / train_s : 0;
+  const double eps =
+      train_s > 0 ? static_cast<double>(rows.rows()) * mo.epochs / (flags.partition ? 1 : workers) / train_s : 0;
   if (distributed) {
     const worker::KvClientStats ks = kv->stats();
     std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests; staleness of its pulls "
@@ -527,6 +578,9 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "Progress once per epoch only");
   add_cluster_flags(cmd, flags->cluster);
+  cmd->add_flag("--partition", flags->partition,
+                "fm, dnn, lr with ftrl, distributed: each worker reads only its byte range of --train (the slot map "
+                "is then hashed, --hash-bits or 2^22, and the dnn's fields are the format's)");
   cmd->add_flag("--pull-ahead", flags->pull_ahead,
                 "fm, dnn distributed: pull the next batch before pushing this one (faster; the pull misses this "
                 "worker's own last push)");

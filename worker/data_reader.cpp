@@ -146,7 +146,7 @@ DatasetArrays join_chunks(std::vector<ChunkResult>& chunks) {
 
 template <class LineParser>
 Dataset parse_with(std::string_view text, const std::string& name, const ReadOptions& options,
-                   DataFormat format, LineParser parse_line, ReadStats* stats) {
+                   DataFormat format, LineParser parse_line, ReadStats* stats, uint64_t first_line_base) {
   const size_t want = static_cast<size_t>(std::max(1, options.threads));
   const size_t n = std::max<size_t>(1, std::min(want, text.size() / kMinChunkBytes));
   const std::vector<size_t> bounds = split_at_newlines(text, n);
@@ -177,7 +177,7 @@ Dataset parse_with(std::string_view text, const std::string& name, const ReadOpt
 
   ReadStats st;
   st.format = format;
-  uint64_t line_base = 0;
+  uint64_t line_base = first_line_base;
   for (auto& c : chunks) {
     for (auto& f : c.failures) {
       if (!options.skip_bad_lines) throw DataError(name, line_base + f.line, f.column, f.message);
@@ -188,7 +188,7 @@ Dataset parse_with(std::string_view text, const std::string& name, const ReadOpt
     st.skipped_lines += c.skipped;
     line_base += c.lines;
   }
-  st.lines = line_base;
+  st.lines = line_base - first_line_base;
   Dataset d(join_chunks(chunks));
   st.examples = d.rows();
   if (stats) *stats = std::move(st);
@@ -270,11 +270,23 @@ const char* data_format_name(DataFormat f) {
 Dataset parse_text_dataset(std::string_view text, const std::string& name, const ReadOptions& options,
                            ReadStats* stats) {
   DataFormat format = options.format == DataFormat::kAuto ? detect_format(text) : options.format;
+  // A part of the input: the same newline-aligned split on every reader, so
+  // the parts cover every line exactly once; errors keep the file's line numbers.
+  if (options.parts == 0 || options.part >= options.parts) {
+    throw std::invalid_argument(fmt::format("{}: part {} of {} does not exist", name, options.part, options.parts));
+  }
+  uint64_t line_base = 0;
+  if (options.parts > 1) {
+    const std::vector<size_t> bounds = split_at_newlines(text, options.parts);
+    const std::string_view before = text.substr(0, bounds[options.part]);
+    line_base = static_cast<uint64_t>(std::count(before.begin(), before.end(), '\n'));
+    text = text.substr(bounds[options.part], bounds[options.part + 1] - bounds[options.part]);
+  }
   if (format == DataFormat::kCriteo) {
     if (options.classes > 2) {
       throw std::invalid_argument(fmt::format("{}: Criteo data has two classes (labels 0/1), not {}", name, options.classes));
     }
-    return parse_with(text, name, options, format, detail::parse_criteo_line, stats);
+    return parse_with(text, name, options, format, detail::parse_criteo_line, stats, line_base);
   }
   if (format == DataFormat::kLibsvm) {
     const int classes = options.classes;
@@ -283,9 +295,15 @@ Dataset parse_text_dataset(std::string_view text, const std::string& name, const
         [classes](std::string_view line, DatasetArrays& out, detail::LineIssue* issue) {
           return detail::parse_libsvm_line(line, out, issue, classes);
         },
-        stats);
+        stats, line_base);
   }
   throw std::invalid_argument(fmt::format("parse_text_dataset: bad DataFormat value {}", static_cast<int>(format)));
+}
+
+DataFormat detect_file_format(const std::string& path, DataFormat format) {
+  if (format != DataFormat::kAuto) return format;
+  FileBytes file(path);  // a mapping: only the pages read are touched
+  return detect_format(file.bytes());
 }
 
 Dataset read_text_dataset(const std::string& path, const ReadOptions& options, ReadStats* stats) {

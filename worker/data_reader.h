@@ -58,15 +58,22 @@ struct ReadOptions {
   bool skip_bad_lines = false;
   int threads = 1;                        // parser threads (chunks of the file)
   int classes = 2;                        // libsvm: > 2 reads labels as class ids 0 .. classes-1
+  // Read only part `part` of `parts` newline-aligned byte ranges of equal
+  // size (a worker's share of one file); errors keep the file's line numbers.
+  uint32_t part = 0, parts = 1;
 };
 
 struct ReadStats {
-  uint64_t lines = 0;            // lines in the input, a last one without '\n' included
+  uint64_t lines = 0;            // lines in the input (or the part), a last one without '\n' included
   uint64_t examples = 0;         // rows read
   uint64_t skipped_lines = 0;    // bad lines skipped (skip_bad_lines)
   std::vector<std::string> first_errors;  // up to 10 messages of skipped lines, in file order
   DataFormat format = DataFormat::kAuto;  // the format actually read
 };
+
+// The format of a file as kAuto would pick it (from its first data line),
+// or `format` itself when it is not kAuto. Reads only the file's start.
+DataFormat detect_file_format(const std::string& path, DataFormat format);
 
 Dataset read_text_dataset(const std::string& path, const ReadOptions& options,
                           ReadStats* stats = nullptr);

@@ -307,6 +307,17 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
   return start(std::move(p));
 }
 
+std::future<rdma::Status> KvClient::finish() {
+  auto p = std::make_unique<Pending>();
+  p->request_op = ps::Op::kClock;
+  p->reply_op = ps::Op::kClockReply;
+  for (uint32_t s = 0; s < map_.num_servers(); ++s) {
+    ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = kFinishedClock};
+    p->messages[map_.server_rank(s)] = as_buffer(ps::encode_message(h, {}, std::span<const std::byte>()));
+  }
+  return start(std::move(p));
+}
+
 std::future<rdma::Status> KvClient::clock() {
   const int64_t next = clock_.fetch_add(1) + 1;
   auto p = std::make_unique<Pending>();

@@ -72,6 +72,12 @@ class KvClient {
   rdma::Status dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out);
   // Finishes this worker's current iteration: ticks its clock on every server.
   std::future<rdma::Status> clock();
+  // This worker will push no more: its clock on every server jumps to
+  // kFinishedClock, so it leaves the SSP minimum (workers with fewer batches
+  // than others do not hold them back). Its own later pulls still carry its
+  // last clock, so they are answered. No clock() may follow.
+  std::future<rdma::Status> finish();
+  static constexpr int64_t kFinishedClock = int64_t{1} << 60;
 
   int64_t current_clock() const { return clock_.load(); }
   uint32_t rank() const { return map_.worker_rank(worker_index_); }

@@ -26,6 +26,25 @@ ModelSpec ModelSpec::fm(int factors) {
 
 ModelSpec ModelSpec::dnn(const DatasetView& train, int embedding_dim, std::vector<int> hidden, int classes,
                          uint32_t dense_dim) {
+  std::array<bool, 256> seen{};
+  for (uint64_t key : train.keys) {
+    if (!is_dense_input(key, dense_dim)) seen[feature_namespace(key)] = true;
+  }
+  return dnn_with_fields(seen, embedding_dim, std::move(hidden), classes, dense_dim);
+}
+
+std::array<bool, 256> ModelSpec::fields_of_format(bool criteo) {
+  std::array<bool, 256> seen{};
+  if (criteo) {
+    for (int ns = 1; ns <= 39; ++ns) seen[ns] = true;
+  } else {
+    seen[0] = true;
+  }
+  return seen;
+}
+
+ModelSpec ModelSpec::dnn_with_fields(const std::array<bool, 256>& seen, int embedding_dim, std::vector<int> hidden,
+                                     int classes, uint32_t dense_dim) {
   if (embedding_dim < 1 || embedding_dim > 1024) {
     throw std::invalid_argument(fmt::format("--embedding-dim {}: must be in [1, 1024]", embedding_dim));
   }
@@ -39,10 +58,6 @@ ModelSpec ModelSpec::dnn(const DatasetView& train, int embedding_dim, std::vecto
   s.hidden = std::move(hidden);
   s.classes = classes;
   s.dense_dim = dense_dim;
-  std::array<bool, 256> seen{};
-  for (uint64_t key : train.keys) {
-    if (!is_dense_input(key, dense_dim)) seen[feature_namespace(key)] = true;
-  }
   s.field_of_namespace.fill(-1);
   for (int ns = 0; ns < 256; ++ns) {
     if (seen[ns]) s.field_of_namespace[ns] = static_cast<int16_t>(s.n_fields++);

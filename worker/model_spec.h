@@ -62,6 +62,13 @@ struct ModelSpec {
   // or more than 255 fields.
   static ModelSpec dnn(const DatasetView& train, int embedding_dim, std::vector<int> hidden, int classes,
                        uint32_t dense_dim);
+  // The same with the fields given: namespace ns is a field when seen[ns]
+  // (a worker reading only its part of the input cannot see them all:
+  // fields_of_format gives the format's own).
+  static ModelSpec dnn_with_fields(const std::array<bool, 256>& seen, int embedding_dim, std::vector<int> hidden,
+                                   int classes, uint32_t dense_dim);
+  // Criteo: its 39 column namespaces; libsvm: namespace 0.
+  static std::array<bool, 256> fields_of_format(bool criteo);
 
   int outputs() const { return kind == ModelKind::kDnn && classes > 2 ? classes : 1; }
   // Width of a key of the sparse table 0.

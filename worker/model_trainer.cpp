@@ -392,4 +392,37 @@ SavedModel ModelTrainer::gather(const ModelRows& train, const SlotMap& map) {
   return m;
 }
 
+SavedModel ModelTrainer::gather_all_slots(const SlotMap& map) {
+  SavedModel m;
+  m.spec = spec_;
+  m.map = map;
+  const ps::TableSchema& t = store_.table(0);
+  const uint64_t w = t.width;
+  constexpr uint64_t kChunk = 1 << 18;
+  std::vector<uint64_t> keys;
+  std::vector<float> values, init(w);
+  for (uint64_t lo = 0; lo < map.slots_with_bias(); lo += kChunk) {
+    const uint64_t n = std::min(kChunk, map.slots_with_bias() - lo);
+    keys.resize(n);
+    for (uint64_t i = 0; i < n; ++i) keys[i] = lo + i;
+    values.resize(n * w);
+    check(store_.pull(0, keys, values.data()).get(), "pull of the model");
+    for (uint64_t i = 0; i < n; ++i) {
+      ps::initialize_value(t.init, keys[i], init.data(), static_cast<uint32_t>(w));
+      if (std::memcmp(init.data(), values.data() + i * w, w * sizeof(float)) == 0) continue;
+      m.keys.push_back(keys[i]);
+      m.values.insert(m.values.end(), values.begin() + static_cast<int64_t>(i * w),
+                      values.begin() + static_cast<int64_t>((i + 1) * w));
+    }
+  }
+  if (spec_.kind == ModelKind::kDnn) {
+    Batch empty;
+    Params p;
+    check(pull(empty, p, true).get(), "pull of the model");
+    for (auto& f : p.dense) check(f.get(), "pull of the MLP");
+    m.mlp = std::move(p.mlp);
+  }
+  return m;
+}
+
 }  // namespace parafab::worker

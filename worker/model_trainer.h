@@ -69,6 +69,9 @@ class ModelTrainer {
   // bias) with its values, and the MLP, for save_model_file. Against
   // servers, call it after every worker's last push (a barrier).
   SavedModel gather(const ModelRows& train, const SlotMap& map);
+  // The same over every slot of the map, keeping the keys whose values are
+  // not their initial ones: for workers that each saw only part of the data.
+  SavedModel gather_all_slots(const SlotMap& map);
 
  private:
   struct Batch;

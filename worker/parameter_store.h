@@ -46,6 +46,9 @@ class ParameterStore {
   virtual std::future<rdma::Status> clock() = 0;
   // Iterations this worker has finished.
   virtual int64_t current_clock() const = 0;
+  // This worker's training is over: it no longer holds the others back
+  // (KvClient::finish). Pulls may follow; clocks may not.
+  virtual std::future<rdma::Status> finish() = 0;
   virtual const ps::TableSchema& table(uint32_t id) const = 0;
 };
 
@@ -69,6 +72,7 @@ class RemoteStore final : public ParameterStore {
   }
   std::future<rdma::Status> clock() override { return kv_.clock(); }
   int64_t current_clock() const override { return kv_.current_clock(); }
+  std::future<rdma::Status> finish() override { return kv_.finish(); }
   const ps::TableSchema& table(uint32_t id) const override;
 
  private:
@@ -91,6 +95,7 @@ class LocalStore final : public ParameterStore {
                                        std::span<const float> grads) override;
   std::future<rdma::Status> clock() override;
   int64_t current_clock() const override { return clock_.load(); }
+  std::future<rdma::Status> finish() override { return clock(); }
   const ps::TableSchema& table(uint32_t id) const override;
   // Gradients the updaters refused (non-finite), over all tables.
   uint64_t refused_non_finite() const;

@@ -203,6 +203,8 @@ TEST_F(TrainModels, BenchStalenessWritesEveryCurve) {
   for (const char* s : {"bsp", "ssp:2", "asp"}) EXPECT_GE(points[s], 1) << s << "\n" << out;
 }
 
+std::string fmt_part(int w) { return "train part " + std::to_string(w + 1) + "/3 "; }
+
 std::vector<std::string> lines_of(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::string> v;
@@ -240,6 +242,36 @@ TEST_F(TrainModels, SavedFmAndDnnModelsPredictWhatTrainingPredicted) {
   ASSERT_TRUE(benchmarks::wait_for_exit({&p}, ChildProcess::Clock::now() + 60s));
   EXPECT_NE(p.exit_code(), 0);
   EXPECT_NE(p.output().find(file + ": model payload checksum mismatch"), std::string::npos) << p.output();
+}
+
+// --partition: each worker reads only its byte range of the file; together
+// they reach one process's loss, and the model gathered from every slot of
+// the servers predicts exactly what worker 0 predicted.
+TEST_F(TrainModels, PartitionedWorkersReadTheirShareAndMatchOneProcess) {
+  for (const std::string model : {"fm", "dnn"}) {
+    SCOPED_TRACE(model);
+    std::vector<std::string> a = train_args(model);
+    a.insert(a.end(), {"--hash-bits", "16"});
+    const double single = held_out(run_ok(a));
+    const std::string file = dir_->file(model + "-part.pfm"), preds = dir_->file(model + "-part.pred"),
+                      again = dir_->file(model + "-part.again");
+    std::vector<std::string> l = {kBin, "launch", "--servers", "2", "--workers", "3", "--consistency", "ssp:2", "--"};
+    l.insert(l.end(), a.begin(), a.end());
+    l.insert(l.end(), {"--partition", "--save-model", file, "--predictions", preds});
+    const std::string out = run_ok(l, 170s);
+    for (int w = 0; w < 3; ++w) {
+      EXPECT_NE(out.find(fmt_part(w)), std::string::npos) << out;
+    }
+    const double distributed = held_out(out);
+    EXPECT_LE(distributed, single * 1.01) << "single " << single << "\n" << out;
+    EXPECT_GE(distributed, single * 0.97) << "single " << single << "\n" << out;
+    run_ok({kBin, "predict", "--model", file, "--data", dir_->file("test.svm"), "--out", again});
+    EXPECT_EQ(lines_of(preds), lines_of(again));
+  }
+  ChildProcess p({kBin, "train", "--train", dir_->file("train.svm"), "--model", "fm", "--partition"}, {});
+  ASSERT_TRUE(benchmarks::wait_for_exit({&p}, ChildProcess::Clock::now() + 60s));
+  EXPECT_NE(p.exit_code(), 0);
+  EXPECT_NE(p.output().find("--partition: for a worker of a job"), std::string::npos) << p.output();
 }
 
 TEST_F(TrainModels, BadModelFlagsAreRefused) {

@@ -147,6 +147,7 @@ class LaggingStore final : public ParameterStore {
     return inner_.clock();
   }
   int64_t current_clock() const override { return clock_; }
+  std::future<rdma::Status> finish() override { return inner_.finish(); }
   const ps::TableSchema& table(uint32_t id) const override { return inner_.table(id); }
   std::vector<float> pushed;
 

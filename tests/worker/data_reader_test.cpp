@@ -86,6 +86,47 @@ TEST(DataReader, ThreadCountDoesNotChangeTheArrays) {
   }
 }
 
+// Parts of one input (a worker's share): together they are the whole, row
+// for row in order, and a bad line names its line in the file.
+TEST(DataReader, PartsCoverEveryRowOnceAndKeepFileLineNumbers) {
+  const std::string text = generate_libsvm(kLines, 3);
+  const Dataset whole = parse(text, 1);
+  for (uint32_t parts : {2u, 3u, 5u}) {
+    SCOPED_TRACE(parts);
+    DatasetArrays joined;
+    uint64_t lines = 0;
+    for (uint32_t part = 0; part < parts; ++part) {
+      ReadOptions opt;
+      opt.threads = 2;
+      opt.part = part;
+      opt.parts = parts;
+      ReadStats st;
+      const Dataset d = parse_text_dataset(text, "big.svm", opt, &st);
+      lines += st.lines;
+      const DatasetView v = d.view();
+      EXPECT_GT(v.rows(), whole.rows() / parts / 2);
+      for (size_t i = 0; i < v.rows(); ++i) {
+        joined.labels.push_back(v.labels[i]);
+        for (size_t k = v.row_ptr[i]; k < v.row_ptr[i + 1]; ++k) {
+          joined.keys.push_back(v.keys[k]);
+          joined.values.push_back(v.values[k]);
+        }
+        joined.row_ptr.push_back(joined.keys.size());
+      }
+    }
+    EXPECT_EQ(lines, kLines);
+    expect_same_view(whole.view(), Dataset(std::move(joined)).view());
+  }
+  const std::string bad = with_line(text, kLines - 3, "1 5:1 6:1 7:oops");
+  ReadOptions opt;
+  opt.part = 2;
+  opt.parts = 3;
+  EXPECT_EQ(data_error_of([&] { parse_text_dataset(bad, "big.svm", opt); }),
+            "big.svm:" + std::to_string(kLines - 3) + ":11: bad feature value in '7:oops'");
+  opt.part = 3;
+  EXPECT_THROW(parse_text_dataset(text, "big.svm", opt), std::invalid_argument);
+}
+
 TEST(DataReader, ThreadCountDoesNotChangeTheError) {
   const std::string base = generate_libsvm(kLines, 2);
   for (size_t bad_line : {size_t{7}, kLines / 3, kLines / 2 + 1, kLines * 3 / 4, kLines - 1, kLines}) {

@@ -9,6 +9,7 @@
 #include "benchmarks/fabric_bench.h"
 #include "benchmarks/kernel_bench.h"
 #include "benchmarks/kv_bench.h"
+#include "benchmarks/models_bench.h"
 #include "benchmarks/staleness_bench.h"
 #include "benchmarks/train_bench.h"
 
@@ -122,6 +123,30 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   kvc->callback([kv, kv_timeout_ms, &ctx] {
     kv->timeout = std::chrono::milliseconds(*kv_timeout_ms);
     ctx.exit_code = run_guarded("bench kv", [&] { return benchmarks::run_kv_bench(*kv, std::cout); });
+  });
+
+  auto mb = std::make_shared<benchmarks::ModelsBenchOptions>();
+  CLI::App* mc = bench->add_subcommand(
+      "models", "lr, fm and dnn in one process and by 2 servers x 2 workers (BSP, SSP(4)): held-out log loss and "
+                "examples/s beside one process's");
+  mc->add_option("--format", mb->format, "Generated data: criteo (planted crosses) or libsvm")
+      ->check(CLI::IsMember({"criteo", "libsvm"}))
+      ->capture_default_str();
+  mc->add_option("--examples", mb->examples, "Training examples")->capture_default_str();
+  mc->add_option("--test-examples", mb->test_examples, "Held-out examples")->capture_default_str();
+  mc->add_option("--epochs", mb->epochs, "Epochs")->capture_default_str();
+  mc->add_option("--servers", mb->servers, "Servers")->check(CLI::PositiveNumber)->capture_default_str();
+  mc->add_option("--workers", mb->workers, "Workers")->check(CLI::PositiveNumber)->capture_default_str();
+  mc->add_option("--models", mb->models, "Models")->delimiter(',')->capture_default_str();
+  mc->add_option("--consistency", mb->consistency, "Consistency settings of the distributed runs")
+      ->delimiter(',')
+      ->capture_default_str();
+  mc->add_option("--dnn-flags", mb->dnn_flags, "parafab train flags of the dnn")->capture_default_str();
+  mc->add_option("--data-dir", mb->data_dir, "Where the generated data set is kept between runs")->capture_default_str();
+  mc->add_option("--seed", mb->seed, "Seed of the data set")->capture_default_str();
+  mc->add_option("--json", mb->json_path, "Also write one JSON object per line to this file");
+  mc->callback([mb, &ctx] {
+    ctx.exit_code = run_guarded("bench models", [&] { return benchmarks::run_models_bench(*mb, std::cout); });
   });
 
   auto st = std::make_shared<benchmarks::StalenessBenchOptions>();

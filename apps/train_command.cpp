@@ -201,7 +201,11 @@ int run_train(const TrainFlags& flags) {
   std::fprintf(stderr, "model slots: %s\n", map.describe().c_str());
 
   worker::LocalTrainer trainer(opt, map);
+  const auto t0 = std::chrono::steady_clock::now();
   trainer.train(train_csr, progress_printer(flags, ""));
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "trained in %.2f s: %.0f examples/s\n", train_s,
+               train_s > 0 ? static_cast<double>(train_csr.rows()) * opt.epochs / train_s : 0.0);
   report_model(flags, trainer, map, &train_csr, opt.threads);
   return 0;
 }
@@ -249,7 +253,11 @@ int run_distributed_train(TrainFlags flags) {
                            kernels::backend_description())
                    .c_str());
   worker::DistributedTrainer trainer(kv, map, dopt, w, workers);
+  const auto t0 = std::chrono::steady_clock::now();
   trainer.train(train_csr, progress_printer(flags, fmt::format("worker {}: ", w)));
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // This worker's share: every batch index modulo the workers.
+  const double my_rows = static_cast<double>(train_csr.rows()) / workers;
   // Evaluation, predictions and the model file happen once, on worker 0,
   // after every worker's last push has been applied (pushes are answered
   // before train() returns; the barrier waits for the slowest worker).
@@ -262,7 +270,8 @@ int run_distributed_train(TrainFlags flags) {
     report_model(flags, evaluator, map, &train_csr, opt.threads);
   }
   const worker::KvClientStats st = kv.stats();
-  std::fprintf(stderr, "worker %u: pushed %.1f MB, pulled %.1f MB, %llu requests\n", w, st.push_bytes / 1e6,
+  std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests\n", w,
+               train_s > 0 ? my_rows * dopt.epochs / train_s : 0.0, st.push_bytes / 1e6,
                st.pull_bytes / 1e6, static_cast<unsigned long long>(st.requests));
   node.client->done();
   (void)node.client->wait_for_shutdown(join_timeout(flags.cluster));

@@ -99,7 +99,7 @@ void ModelTrainer::make_batch(const ModelRows& data, uint64_t lo, uint64_t hi, B
   b.dense.assign(data.dense.begin() + static_cast<int64_t>(lo * D), data.dense.begin() + static_cast<int64_t>(hi * D));
 }
 
-std::future<rdma::Status> ModelTrainer::pull(const Batch& b, Params& p, bool /*blocking_dense*/) {
+std::future<rdma::Status> ModelTrainer::pull(const Batch& b, Params& p) {
   const uint32_t w = spec_.sparse_width();
   p.sparse.resize(b.keys.size() * w);
   p.dense.clear();
@@ -241,7 +241,7 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
     auto prepare = [&](size_t k, Batch& b, Params& p) {
       const uint64_t lo = order[k] * batch, hi = std::min(n, lo + batch);
       make_batch(data, lo, hi, b);
-      return pull(b, p, false);
+      return pull(b, p);
     };
     Batch cur, next;
     Params p_cur, p_next;
@@ -338,7 +338,7 @@ Evaluation ModelTrainer::evaluate(const ModelRows& data, std::vector<float>* pro
   for (uint64_t lo = 0; lo < n; lo += kEvalRows) {
     const uint64_t hi = std::min(n, lo + kEvalRows);
     make_batch(data, lo, hi, b);
-    check(pull(b, p, true).get(), "pull for evaluation");
+    check(pull(b, p).get(), "pull for evaluation");
     predict(b, p, probs.data() + lo * static_cast<uint64_t>(K));
   }
   Evaluation e;
@@ -385,7 +385,7 @@ SavedModel ModelTrainer::gather(const ModelRows& train, const SlotMap& map) {
   if (spec_.kind == ModelKind::kDnn) {
     Batch empty;
     Params p;
-    check(pull(empty, p, true).get(), "pull of the model");
+    check(pull(empty, p).get(), "pull of the model");
     for (auto& f : p.dense) check(f.get(), "pull of the MLP");
     m.mlp = std::move(p.mlp);
   }
@@ -418,7 +418,7 @@ SavedModel ModelTrainer::gather_all_slots(const SlotMap& map) {
   if (spec_.kind == ModelKind::kDnn) {
     Batch empty;
     Params p;
-    check(pull(empty, p, true).get(), "pull of the model");
+    check(pull(empty, p).get(), "pull of the model");
     for (auto& f : p.dense) check(f.get(), "pull of the MLP");
     m.mlp = std::move(p.mlp);
   }

@@ -77,7 +77,7 @@ class ModelTrainer {
   struct Batch;
   void make_batch(const ModelRows& data, uint64_t lo, uint64_t hi, Batch& b) const;
   struct Params;
-  std::future<rdma::Status> pull(const Batch& b, Params& p, bool blocking_dense);
+  std::future<rdma::Status> pull(const Batch& b, Params& p);
   double step(const Batch& b, Params& p, std::vector<std::future<rdma::Status>>& pushes);
   void predict(const Batch& b, Params& p, float* probs);
 

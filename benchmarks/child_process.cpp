@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -152,6 +154,20 @@ bool wait_for_exit(const std::vector<ChildProcess*>& children, ChildProcess::Clo
     c->kill_and_reap();
   }
   return false;
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find this binary (/proc/self/exe): " + ec.message());
+  return p.string();
+}
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> w;
+  for (std::string x; in >> x;) w.push_back(x);
+  return w;
 }
 
 }  // namespace parafab::benchmarks

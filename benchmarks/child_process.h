@@ -62,6 +62,13 @@ class ChildProcess {
   std::string output_;
 };
 
+// The absolute path of this process's executable (/proc/self/exe), to start
+// more of itself. Throws std::runtime_error when it cannot be read.
+std::string self_executable();
+
+// `text` split at whitespace: a flag value such as "--hidden 64,32" as argv words.
+std::vector<std::string> split_words(const std::string& text);
+
 // Pumps the children's output until every one has closed it and exited, or
 // until `deadline`; then kills and reaps those still running. True when all
 // exited by themselves in time.

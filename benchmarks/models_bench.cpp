@@ -16,13 +16,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::vector<std::string> words(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> w;
-  for (std::string x; in >> x;) w.push_back(x);
-  return w;
-}
-
 struct Run {
   double log_loss = 0, auc = 0, examples_per_second = 0;
   bool ok = false;
@@ -47,18 +40,11 @@ Run parse(const std::string& out) {
   return r;
 }
 
-std::string self_binary() {
-  std::error_code ec;
-  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw std::runtime_error("cannot find this binary (/proc/self/exe): " + ec.message());
-  return p.string();
-}
-
 }  // namespace
 
 int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
   if (o.format != "criteo" && o.format != "libsvm") throw std::invalid_argument("--format: criteo or libsvm");
-  const std::string bin = o.parafab.empty() ? self_binary() : o.parafab;
+  const std::string bin = o.parafab.empty() ? self_executable() : o.parafab;
   std::filesystem::create_directories(o.data_dir);
   const std::string ext = o.format == "criteo" ? ".tsv" : ".svm";
   const std::string stem = fmt::format("{}/{}-{}-{}", o.data_dir, o.format, o.examples, o.seed);
@@ -82,7 +68,7 @@ int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
                                            o.format, "--model", model,   "--epochs", std::to_string(o.epochs),
                                            "--threads", "1", "--quiet"};
     if (model == "dnn") {
-      for (const std::string& w : words(o.dnn_flags)) train_args.push_back(w);
+      for (const std::string& w : split_words(o.dnn_flags)) train_args.push_back(w);
     }
     auto run = [&](std::vector<std::string> argv, const std::string& what) -> Run {
       ChildProcess p(argv, {"FI_TCP_IFACE=lo"});

@@ -20,20 +20,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string self_binary() {
-  std::error_code ec;
-  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw std::runtime_error("cannot find this binary (/proc/self/exe): " + ec.message());
-  return p.string();
-}
-
-std::vector<std::string> words(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> w;
-  for (std::string x; in >> x;) w.push_back(x);
-  return w;
-}
-
 struct Point {
   double seconds, log_loss;
 };
@@ -62,7 +48,7 @@ std::string label_of(const std::string& setting) {
 int run_staleness_bench(const StalenessBenchOptions& o, std::ostream& out) {
   if (o.settings.empty()) throw std::invalid_argument("--settings: none given");
   if (o.workers < 2) throw std::invalid_argument("--workers must be >= 2 (one of them is the slow one)");
-  const std::string bin = o.parafab.empty() ? self_binary() : o.parafab;
+  const std::string bin = o.parafab.empty() ? self_executable() : o.parafab;
   std::filesystem::create_directories(o.out_dir);
   const std::string train = o.out_dir + "/train.svm", test = o.out_dir + "/test.svm";
   {
@@ -89,7 +75,7 @@ int run_staleness_bench(const StalenessBenchOptions& o, std::ostream& out) {
                                      std::to_string(o.epochs), "--threads", "1", "--quiet", "--slow-ms",
                                      fmt::format("{}", o.slow_ms), "--eval-interval", fmt::format("{}", o.eval_interval),
                                      "--metrics-out", metrics};
-    for (const std::string& w : words(o.model_flags)) argv.push_back(w);
+    for (const std::string& w : split_words(o.model_flags)) argv.push_back(w);
     const auto t0 = ChildProcess::Clock::now();
     ChildProcess job(argv, {"FI_TCP_IFACE=lo"});
     const bool done = wait_for_exit({&job}, t0 + 960s);

@@ -10,7 +10,7 @@
 
 #include "kernels/device_array.h"
 #include "kernels/linear_gradient.h"
-#include "ps/key_hash.h"
+#include "worker/batch_schedule.h"
 
 namespace parafab::worker {
 namespace {
@@ -70,27 +70,13 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
                                               const std::function<void(const TrainProgress&)>& on_progress) {
   const uint64_t n = data.rows();
   const uint64_t batch = options_.batch_rows;
-  const uint64_t n_batches = (n + batch - 1) / batch;
-  std::vector<uint64_t> mine;
-  for (uint64_t b = index_; b < n_batches; b += workers_) mine.push_back(b);
-  uint64_t my_rows = 0;
-  for (uint64_t b : mine) my_rows += std::min(n, (b + 1) * batch) - b * batch;
-
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto last_report = start;
+  const BatchShare share = batch_share(n, batch, index_, workers_);
+  ProgressReporter report(on_progress, options_.progress_seconds, share.rows);
   std::vector<double> losses;
   const uint32_t bias = map_.bias_slot();
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
-    std::vector<uint64_t> order = mine;
-    if (options_.shuffle && epoch > 1) {
-      uint64_t s = ps::mix64(options_.seed * 0x9e3779b97f4a7c15ULL + epoch * 7919 + index_);
-      for (size_t i = order.size(); i > 1; --i) {
-        s = ps::mix64(s + 0x9e3779b97f4a7c15ULL);
-        std::swap(order[i - 1], order[s % i]);
-      }
-    }
-    const auto epoch_start = Clock::now();
+    const std::vector<uint64_t> order = epoch_order(share.batches, options_.shuffle, options_.seed, epoch, index_);
+    report.start_epoch(epoch);
     double loss_sum = 0;
     uint64_t seen = 0;
     // Pull-ahead: batch k+1's weights are requested before batch k is computed.
@@ -138,21 +124,10 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
           pulled_cur = prepare(k + 1, cur, w_cur);
         }
       }
-      const auto now = Clock::now();
-      const bool done = k + 1 == order.size();
-      if (on_progress && (done || (options_.progress_seconds > 0 &&
-                                   std::chrono::duration<double>(now - last_report).count() >= options_.progress_seconds))) {
-        last_report = now;
-        const double es = std::chrono::duration<double>(now - epoch_start).count();
-        on_progress(TrainProgress{epoch, seen, my_rows, seen ? loss_sum / static_cast<double>(seen) : 0,
-                                  std::chrono::duration<double>(now - start).count(), es > 0 ? seen / es : 0, done});
-      }
+      report.update(seen, loss_sum, k + 1 == order.size());
     }
-    // Every worker ticks the same number of clocks per epoch (the largest
-    // share), so no worker's clock stays behind for want of batches: under
-    // SSP that would hold the others' pulls back for good.
-    const uint64_t per_epoch = (n_batches + workers_ - 1) / workers_;
-    for (uint64_t k = order.size(); k < per_epoch; ++k) pushes.push_back(kv_.clock());
+    // Equal clocks per epoch on every worker (BatchShare::clocks_per_epoch).
+    for (uint64_t k = order.size(); k < share.clocks_per_epoch; ++k) pushes.push_back(kv_.clock());
     for (auto& f : pushes) check(f.get(), "push");
     losses.push_back(seen ? loss_sum / static_cast<double>(seen) : 0);
   }

@@ -15,6 +15,7 @@
 #include "kernels/metrics.h"
 #include "parafab/config.h"
 #include "ps/key_hash.h"
+#include "worker/batch_schedule.h"
 
 namespace parafab::worker {
 namespace {
@@ -111,9 +112,7 @@ std::vector<double> LocalTrainer::train(const SlotCsr& data,
   params.l2 = options_.l2;
   params.adagrad = options_.adagrad;
 
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto last_report = start;
+  ProgressReporter report(on_progress, options_.progress_seconds, static_cast<uint64_t>(n));
   std::vector<double> epoch_losses;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
     if (options_.shuffle && epoch > 1) {
@@ -125,7 +124,7 @@ std::vector<double> LocalTrainer::train(const SlotCsr& data,
         std::swap(order[i], order[static_cast<int64_t>(s % static_cast<uint64_t>(i + 1))]);
       }
     }
-    const auto epoch_start = Clock::now();
+    report.start_epoch(epoch);
     double loss_sum = 0;
     uint64_t seen = 0;
     for (int64_t b = 0; b < n_batches; ++b) {
@@ -134,17 +133,7 @@ std::vector<double> LocalTrainer::train(const SlotCsr& data,
                                        options_.adagrad ? state_->g2.data() : nullptr,
                                        static_cast<int64_t>(map_.slots_with_bias()));
       seen += static_cast<uint64_t>(hi - lo);
-      const auto now = Clock::now();
-      const bool done = b + 1 == n_batches;
-      if (on_progress && (done || (options_.progress_seconds > 0 &&
-                                   std::chrono::duration<double>(now - last_report).count() >=
-                                       options_.progress_seconds))) {
-        last_report = now;
-        const double es = std::chrono::duration<double>(now - epoch_start).count();
-        on_progress(TrainProgress{epoch, seen, static_cast<uint64_t>(n), seen ? loss_sum / seen : 0,
-                                  std::chrono::duration<double>(now - start).count(),
-                                  es > 0 ? seen / es : 0, done});
-      }
+      report.update(seen, loss_sum, b + 1 == n_batches);
     }
     epoch_losses.push_back(n > 0 ? loss_sum / static_cast<double>(n) : 0);
   }

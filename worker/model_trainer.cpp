@@ -15,7 +15,7 @@
 #include "kernels/linear_gradient.h"
 #include "kernels/metrics.h"
 #include "kernels/mlp.h"
-#include "ps/key_hash.h"
+#include "worker/batch_schedule.h"
 
 namespace parafab::worker {
 namespace {
@@ -122,6 +122,26 @@ std::future<rdma::Status> ModelTrainer::pull(const Batch& b, Params& p) {
   return store_.pull(0, b.keys, p.sparse.data(), &p.data_clock);
 }
 
+// The MLP's input rows: each row's field embeddings (gathered on the
+// backend) then its dense inputs. Waits for the MLP's pulls.
+std::vector<float> ModelTrainer::mlp_input(const Batch& b, const kernels::FieldCsr& fc, const float* d_embeddings,
+                                           Params& p) {
+  const int64_t rows = b.rows();
+  const int64_t emb_cols = int64_t{spec_.n_fields} * spec_.embedding_dim;
+  const int64_t D = static_cast<int64_t>(spec_.dense_dim);
+  const int64_t in = emb_cols + D;
+  std::vector<float> x(static_cast<size_t>(rows * in));
+  if (emb_cols > 0) {
+    kernels::DeviceArray<float> d_emb(static_cast<size_t>(rows * emb_cols));
+    kernels::embedding_gather(fc, d_embeddings, spec_.embedding_dim, d_emb.data());
+    const std::vector<float> emb = d_emb.to_host();
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&x[r * in], &emb[r * emb_cols], emb_cols * sizeof(float));
+  }
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&x[r * in + emb_cols], &b.dense[r * D], D * sizeof(float));
+  for (auto& f : p.dense) check(f.get(), "pull of the MLP");
+  return x;
+}
+
 double ModelTrainer::step(const Batch& b, Params& p, std::vector<std::future<rdma::Status>>& pushes) {
   const int64_t rows = b.rows();
   const int64_t n_keys = static_cast<int64_t>(b.keys.size());
@@ -159,18 +179,7 @@ double ModelTrainer::step(const Batch& b, Params& p, std::vector<std::future<rdm
     kernels::DeviceArray<uint8_t> d_fields(b.fields);
     const kernels::FieldCsr fc{d_row_ptr.data(), d_cols.data(), b.vals.empty() ? nullptr : d_vals.data(),
                                d_fields.data(), rows, F};
-    std::vector<float> x(static_cast<size_t>(rows * in));
-    if (emb_cols > 0) {
-      kernels::DeviceArray<float> d_emb(static_cast<size_t>(rows * emb_cols));
-      kernels::embedding_gather(fc, d_params.data(), d, d_emb.data());
-      const std::vector<float> emb = d_emb.to_host();
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(&x[r * in], &emb[r * emb_cols], emb_cols * sizeof(float));
-      }
-    }
-    const int64_t D = static_cast<int64_t>(spec_.dense_dim);
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&x[r * in + emb_cols], &b.dense[r * D], D * sizeof(float));
-    for (auto& f : p.dense) check(f.get(), "pull of the MLP");
+    const std::vector<float> x = mlp_input(b, fc, d_params.data(), p);
     kernels::DeviceArray<float> d_x(x), d_mlp(p.mlp), d_mlp_grad(p.mlp.size()), d_gx(x.size());
     loss = kernels::mlp_forward_backward(shape, d_mlp.data(), d_x.data(), d_labels.data(), rows, d_mlp_grad.data(),
                                          emb_cols > 0 ? d_gx.data() : nullptr, nullptr);
@@ -214,28 +223,14 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
                                         const std::function<void(const TrainProgress&)>& on_progress) {
   const uint64_t n = data.rows();
   const uint64_t batch = options_.batch_rows;
-  const uint64_t n_batches = (n + batch - 1) / batch;
-  std::vector<uint64_t> mine;
-  for (uint64_t b = index_; b < n_batches; b += workers_) mine.push_back(b);
-  uint64_t my_rows = 0;
-  for (uint64_t b : mine) my_rows += std::min(n, (b + 1) * batch) - b * batch;
-
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto last_report = start;
+  const BatchShare share = batch_share(n, batch, index_, workers_);
+  ProgressReporter report(on_progress, options_.progress_seconds, share.rows);
   std::vector<double> losses;
   uint64_t batches_done = 0;
   const bool ahead = remote_ && options_.pull_ahead;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
-    std::vector<uint64_t> order = mine;
-    if (options_.shuffle && epoch > 1) {
-      uint64_t s = ps::mix64(options_.seed * 0x9e3779b97f4a7c15ULL + epoch * 7919 + index_);
-      for (size_t i = order.size(); i > 1; --i) {
-        s = ps::mix64(s + 0x9e3779b97f4a7c15ULL);
-        std::swap(order[i - 1], order[s % i]);
-      }
-    }
-    const auto epoch_start = Clock::now();
+    const std::vector<uint64_t> order = epoch_order(share.batches, options_.shuffle, options_.seed, epoch, index_);
+    report.start_epoch(epoch);
     double loss_sum = 0;
     uint64_t seen = 0;
     auto prepare = [&](size_t k, Batch& b, Params& p) {
@@ -273,19 +268,10 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
           pulled_cur = prepare(k + 1, cur, p_cur);
         }
       }
-      const auto now = Clock::now();
-      const bool done = k + 1 == order.size();
-      if (on_progress && (done || (options_.progress_seconds > 0 &&
-                                   std::chrono::duration<double>(now - last_report).count() >= options_.progress_seconds))) {
-        last_report = now;
-        const double es = std::chrono::duration<double>(now - epoch_start).count();
-        on_progress(TrainProgress{epoch, seen, my_rows, seen ? loss_sum / static_cast<double>(seen) : 0,
-                                  std::chrono::duration<double>(now - start).count(), es > 0 ? seen / es : 0, done});
-      }
+      report.update(seen, loss_sum, k + 1 == order.size());
     }
-    // Equal clocks per epoch on every worker (see distributed_trainer.cpp).
-    const uint64_t per_epoch = (n_batches + workers_ - 1) / workers_;
-    for (uint64_t k = order.size(); k < per_epoch; ++k) pushes.push_back(store_.clock());
+    // Equal clocks per epoch on every worker (BatchShare::clocks_per_epoch).
+    for (uint64_t k = order.size(); k < share.clocks_per_epoch; ++k) pushes.push_back(store_.clock());
     for (auto& f : pushes) check(f.get(), "push");
     losses.push_back(seen ? loss_sum / static_cast<double>(seen) : 0);
   }
@@ -308,21 +294,10 @@ void ModelTrainer::predict(const Batch& b, Params& p, float* probs) {
     return;
   }
   const kernels::MlpShape shape = spec_.mlp_shape();
-  const int d = spec_.embedding_dim, F = spec_.n_fields;
-  const int64_t emb_cols = int64_t{F} * d, in = shape.input, D = static_cast<int64_t>(spec_.dense_dim);
   kernels::DeviceArray<uint8_t> d_fields(b.fields);
   const kernels::FieldCsr fc{d_row_ptr.data(), d_cols.data(), b.vals.empty() ? nullptr : d_vals.data(),
-                             d_fields.data(), rows, F};
-  std::vector<float> x(static_cast<size_t>(rows * in));
-  if (emb_cols > 0) {
-    kernels::DeviceArray<float> d_emb(static_cast<size_t>(rows * emb_cols));
-    kernels::embedding_gather(fc, d_params.data(), d, d_emb.data());
-    const std::vector<float> emb = d_emb.to_host();
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&x[r * in], &emb[r * emb_cols], emb_cols * sizeof(float));
-  }
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(&x[r * in + emb_cols], &b.dense[r * D], D * sizeof(float));
-  for (auto& f : p.dense) check(f.get(), "pull of the MLP");
-  kernels::DeviceArray<float> d_x(x), d_mlp(p.mlp), d_probs(static_cast<size_t>(rows * spec_.outputs()));
+                             d_fields.data(), rows, spec_.n_fields};
+  kernels::DeviceArray<float> d_x(mlp_input(b, fc, d_params.data(), p)), d_mlp(p.mlp), d_probs(static_cast<size_t>(rows * spec_.outputs()));
   kernels::mlp_predict(shape, d_mlp.data(), d_x.data(), rows, d_probs.data());
   const std::vector<float> h = d_probs.to_host();
   std::copy(h.begin(), h.end(), probs);

@@ -20,6 +20,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/embedding.h"
 #include "worker/local_trainer.h"
 #include "worker/model_file.h"
 #include "worker/model_spec.h"
@@ -80,6 +81,7 @@ class ModelTrainer {
   std::future<rdma::Status> pull(const Batch& b, Params& p);
   double step(const Batch& b, Params& p, std::vector<std::future<rdma::Status>>& pushes);
   void predict(const Batch& b, Params& p, float* probs);
+  std::vector<float> mlp_input(const Batch& b, const kernels::FieldCsr& fc, const float* d_embeddings, Params& p);
 
   ParameterStore& store_;
   ModelSpec spec_;

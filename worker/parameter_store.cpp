@@ -8,18 +8,6 @@
 #include "ps/cluster_map.h"
 
 namespace parafab::worker {
-namespace {
-
-std::future<rdma::Status> ready(rdma::Status s) {
-  std::promise<rdma::Status> p;
-  p.set_value(std::move(s));
-  return p.get_future();
-}
-
-rdma::Status invalid(std::string what) { return {rdma::StatusCode::kInvalidArgument, std::move(what)}; }
-
-}  // namespace
-
 const ps::TableSchema& RemoteStore::table(uint32_t id) const { return map_.table(id); }
 
 LocalStore::LocalStore(const std::vector<ps::TableSchema>& tables) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ps/dense_table.h"
@@ -50,6 +51,15 @@ class ParameterStore {
   // (KvClient::finish). Pulls may follow; clocks may not.
   virtual std::future<rdma::Status> finish() = 0;
   virtual const ps::TableSchema& table(uint32_t id) const = 0;
+
+ protected:
+  // For stores that answer at once.
+  static std::future<rdma::Status> ready(rdma::Status s) {
+    std::promise<rdma::Status> p;
+    p.set_value(std::move(s));
+    return p.get_future();
+  }
+  static rdma::Status invalid(std::string what) { return {rdma::StatusCode::kInvalidArgument, std::move(what)}; }
 };
 
 class RemoteStore final : public ParameterStore {

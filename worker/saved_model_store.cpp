@@ -5,18 +5,6 @@
 #include <string>
 
 namespace parafab::worker {
-namespace {
-
-std::future<rdma::Status> ready(rdma::Status s) {
-  std::promise<rdma::Status> p;
-  p.set_value(std::move(s));
-  return p.get_future();
-}
-
-rdma::Status invalid(std::string what) { return {rdma::StatusCode::kInvalidArgument, std::move(what)}; }
-
-}  // namespace
-
 SavedModelStore::SavedModelStore(SavedModel model) : model_(std::move(model)), tables_(model_.spec.tables(model_.map)) {
   // The MLP's tables lie back to back in model_.mlp, in id order (W_l, b_l).
   dense_offset_.assign(tables_.size() + 1, 0);

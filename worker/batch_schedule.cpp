@@ -1,0 +1,53 @@
+#include "worker/batch_schedule.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "ps/key_hash.h"
+
+namespace parafab::worker {
+
+BatchShare batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers) {
+  BatchShare s;
+  const uint64_t n_batches = (n_rows + batch_rows - 1) / batch_rows;
+  for (uint64_t b = index; b < n_batches; b += workers) {
+    s.batches.push_back(b);
+    s.rows += std::min(n_rows, (b + 1) * batch_rows) - b * batch_rows;
+  }
+  s.clocks_per_epoch = (n_batches + workers - 1) / workers;
+  return s;
+}
+
+std::vector<uint64_t> epoch_order(const std::vector<uint64_t>& batches, bool shuffle, uint64_t seed, int epoch,
+                                  uint32_t index) {
+  std::vector<uint64_t> order = batches;
+  if (!shuffle || epoch <= 1) return order;
+  uint64_t s = ps::mix64(seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(epoch) * 7919 + index);
+  for (size_t i = order.size(); i > 1; --i) {
+    s = ps::mix64(s + 0x9e3779b97f4a7c15ULL);
+    std::swap(order[i - 1], order[s % i]);
+  }
+  return order;
+}
+
+ProgressReporter::ProgressReporter(std::function<void(const TrainProgress&)> on_progress, double seconds,
+                                   uint64_t epoch_examples)
+    : on_progress_(std::move(on_progress)), seconds_(seconds), epoch_examples_(epoch_examples) {}
+
+void ProgressReporter::start_epoch(int epoch) {
+  epoch_ = epoch;
+  epoch_start_ = Clock::now();
+}
+
+void ProgressReporter::update(uint64_t seen, double loss_sum, bool epoch_done) {
+  if (!on_progress_) return;
+  const auto now = Clock::now();
+  if (!epoch_done && !(seconds_ > 0 && std::chrono::duration<double>(now - last_).count() >= seconds_)) return;
+  last_ = now;
+  const double es = std::chrono::duration<double>(now - epoch_start_).count();
+  on_progress_(TrainProgress{epoch_, seen, epoch_examples_, seen ? loss_sum / static_cast<double>(seen) : 0,
+                             std::chrono::duration<double>(now - start_).count(),
+                             es > 0 ? static_cast<double>(seen) / es : 0, epoch_done});
+}
+
+}  // namespace parafab::worker

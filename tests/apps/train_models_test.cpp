@@ -49,7 +49,10 @@ class TrainModels : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
   static std::vector<std::string> train_args(const std::string& model) {
     std::vector<std::string> a = {kBin, "train", "--train", dir_->file("train.svm"), "--test", dir_->file("test.svm"),
-                                  "--model", model, "--epochs", "2", "--threads", "1", "--quiet"};
+                                  "--model", model, "--epochs", model == "dnn" ? "1" : "2", "--threads", "1", "--quiet"};
+    // One epoch for the dnn: by its second it overfits this linear data (held-out
+    // 0.604 after one, 0.628 after two), and in that regime the 2 x 2 runs
+    // spread by more than 1% from run to run; after one they agree to 0.4%.
     if (model == "dnn") a.insert(a.end(), {"--hidden", "32,16", "--embedding-dim", "8"});
     if (model == "fm") a.insert(a.end(), {"--factors", "4"});
     return a;

@@ -15,26 +15,13 @@
 #include <thread>
 
 #include "ps/key_hash.h"
+#include "worker/synthetic_sampling.h"
 
 namespace parafab::worker {
 namespace {
 
-// The stream of synthetic_data.cpp: the n-th number of stream (seed, id) is
-// mix64(base + n * golden), so any block can be generated on its own.
-class Stream {
- public:
-  Stream(uint64_t seed, uint64_t id) : state_(ps::mix64(seed * 0x9e3779b97f4a7c15ULL + ps::mix64(id))) {}
-  uint64_t next() { return ps::mix64(state_ += 0x9e3779b97f4a7c15ULL); }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double normal() {  // Box-Muller, one of the pair dropped.
-    double u1 = uniform(), u2 = uniform();
-    if (u1 < 1e-300) u1 = 1e-300;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-  }
-
- private:
-  uint64_t state_;
-};
+using detail::Stream;
+using detail::ZipfSampler;
 
 constexpr uint64_t kBlock = 4096;  // examples per independently seeded block
 constexpr uint64_t kParamStream = 1ULL << 62;
@@ -85,28 +72,6 @@ constexpr uint32_t column_key(int field) {
 double sigmoid(double m) { return m >= 0 ? 1.0 / (1.0 + std::exp(-m)) : std::exp(m) / (1.0 + std::exp(m)); }
 // -log sigmoid(s), stable for any s.
 double neg_log_sigmoid(double s) { return s >= 0 ? std::log1p(std::exp(-s)) : -s + std::log1p(std::exp(s)); }
-
-// Inverse-CDF sampler of Zipf ranks over [0, n).
-class ZipfSampler {
- public:
-  ZipfSampler(uint32_t n, double s) : cdf_(n) {
-    double acc = 0;
-    for (uint32_t k = 0; k < n; ++k) cdf_[k] = (acc += std::pow(static_cast<double>(k + 1), -s));
-    for (double& c : cdf_) c /= acc;
-  }
-  uint32_t sample(double u) const {
-    auto it = std::upper_bound(cdf_.begin(), cdf_.end(), u);
-    return std::min<uint32_t>(static_cast<uint32_t>(it - cdf_.begin()), static_cast<uint32_t>(cdf_.size() - 1));
-  }
-  // The probability sample() returns k (the last rank also takes u >= cdf.back()).
-  double pmf(uint32_t k) const {
-    const double hi = k + 1 == cdf_.size() ? 1.0 : cdf_[k];
-    return hi - (k ? cdf_[k - 1] : 0.0);
-  }
-
- private:
-  std::vector<double> cdf_;
-};
 
 void check_rate(double r, const char* flag) {
   if (!(r >= 0 && r <= 1)) throw std::invalid_argument(fmt::format("{} must be in [0, 1], got {}", flag, r));
@@ -252,7 +217,7 @@ struct CriteoPlantedModel::Impl {
   void draw(Stream& rng, CriteoExample& x) const {
     for (int f = 0; f < kSyntheticCriteoCats; ++f) {
       const double u_empty = rng.uniform(), u_value = rng.uniform();
-      x.cat[f] = u_empty < o.empty_rate ? CriteoExample::kEmpty : zipf[f].sample(u_value);
+      x.cat[f] = u_empty < o.empty_rate ? CriteoExample::kEmpty : static_cast<uint32_t>(zipf[f].sample(u_value));
     }
     for (int j = 0; j < kSyntheticCriteoInts; ++j) {
       const double u_empty = rng.uniform();

@@ -17,6 +17,7 @@
 #include "apps/commands.h"
 #include "apps/data_loading.h"
 #include "kernels/memory.h"
+#include "worker/batch_schedule.h"
 #include "worker/distributed_trainer.h"
 #include "worker/kv_client.h"
 #include "worker/linear_model_file.h"
@@ -90,6 +91,20 @@ void check_status(const rdma::Status& s, const char* what) {
 }
 
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
+
+// Worker 0 of a job prints (and writes to --metrics-out) the job's rate:
+// every worker's examples, summed by the "trained" barrier, over the time
+// from this worker's start to the barrier's release (the slowest worker's end).
+void report_job_rate(uint32_t w, uint32_t workers, uint64_t job_examples, double seconds, MetricsOut* metrics) {
+  if (w != 0) return;
+  const double rate = seconds > 0 ? static_cast<double>(job_examples) / seconds : 0.0;
+  std::fprintf(stderr, "job: %llu examples by %u workers in %.2f s: %.0f examples/s in total\n",
+               static_cast<unsigned long long>(job_examples), workers, seconds, rate);
+  if (metrics != nullptr) {
+    metrics->line(fmt::format(R"({{"event": "job", "workers": {}, "examples": {}, "seconds": {}, "examples_per_second": {}}})",
+                              workers, job_examples, json_number(seconds), json_number(rate)));
+  }
+}
 
 std::vector<int> parse_hidden(const std::string& text) {
   std::vector<int> h;
@@ -171,9 +186,8 @@ int run_train(const TrainFlags& flags) {
     throw std::invalid_argument("--optimizer ftrl: for --model lr (FTRL-Proximal is a logistic-regression method)");
   }
   if (!flags.linear()) return run_model_train(flags, distributed);
-  if (flags.partition) {
-    throw std::invalid_argument("--partition: for fm, dnn and lr with --optimizer ftrl (lr and svm with adagrad or sgd "
-                                "read the whole file)");
+  if (flags.partition && !distributed) {
+    throw std::invalid_argument("--partition: for a worker of a job (one process reads the whole --train)");
   }
   if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
   if (distributed) return run_distributed_train(flags);
@@ -217,11 +231,24 @@ int run_distributed_train(TrainFlags flags) {
   const worker::TrainOptions& opt = flags.opt;
   if (!flags.predictions.empty() && flags.test.empty())
     throw std::invalid_argument("--predictions needs --test (the examples to predict)");
+  if (flags.partition && !flags.cache.empty()) {
+    throw std::invalid_argument("--partition: --cache holds a whole file; give one or the other");
+  }
   kernels::set_host_threads(opt.threads);
-  // Every worker reads the whole file, so all build the same slot map.
-  const worker::Dataset train = load_data("train", flags.train, flags.data, opt.threads, flags.cache);
-  const worker::SlotMap map = worker::SlotMap::for_data(train.view(), flags.hash_bits);
-  const worker::SlotCsr train_csr = worker::SlotCsr::build(train.view(), map, opt.threads);
+  // Whole file: every worker reads all of --train, so all build the same
+  // slot map, and trains on its batches. --partition: each reads only its
+  // byte range and the slot map is hashed, so every worker agrees on it
+  // without the others' data. The part is read after joining (the rank
+  // names it).
+  worker::SlotMap map;
+  std::optional<worker::Dataset> train;
+  if (flags.partition) {
+    map = worker::SlotMap{worker::SlotMode::kHashed,
+                          uint64_t{1} << (flags.hash_bits > 0 ? flags.hash_bits : worker::SlotMap::kDefaultHashBits)};
+  } else {
+    train = load_data("train", flags.train, flags.data, opt.threads, flags.cache);
+    map = worker::SlotMap::for_data(train->view(), flags.hash_bits);
+  }
 
   ps::TableSchema table;
   table.id = 0;
@@ -245,23 +272,38 @@ int run_distributed_train(TrainFlags flags) {
   dopt.pull_ahead = !flags.no_pull_ahead;
   dopt.progress_seconds = opt.progress_seconds;
   const uint32_t w = node.role_rank, workers = node.map->num_workers();
+  if (flags.partition) {
+    train = load_data(fmt::format("train part {}/{}", w + 1, workers), flags.train, flags.data, opt.threads, "", 2, w,
+                      workers);
+  }
+  const worker::SlotCsr train_csr = worker::SlotCsr::build(train->view(), map, opt.threads);
+  train.reset();
   std::fprintf(stderr, "%s\n",
                fmt::format("parafab train: worker {} of {}: model {}, table 0 {} on {} servers, batch {}, epochs {}, "
-                           "pull-ahead {}, backend {}",
+                           "pull-ahead {}, {}, backend {}",
                            w, workers, flags.model, ps::to_string(held.updater), node.map->num_servers(),
                            dopt.batch_rows, dopt.epochs, dopt.pull_ahead ? "on" : "off",
+                           flags.partition ? "its part of --train" : "its batches of all of --train",
                            kernels::backend_description())
                    .c_str());
-  worker::DistributedTrainer trainer(kv, map, dopt, w, workers);
+  // With --partition every row read is this worker's: it takes all batches.
+  worker::DistributedTrainer trainer(kv, map, dopt, flags.partition ? 0 : w, flags.partition ? 1 : workers);
   const auto t0 = std::chrono::steady_clock::now();
   trainer.train(train_csr, progress_printer(flags, fmt::format("worker {}: ", w)));
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // This worker's share: every batch index modulo the workers.
-  const double my_rows = static_cast<double>(train_csr.rows()) / workers;
+  // Leave the SSP minimum: with --partition the workers' batch counts differ.
+  check_status(kv.finish().get(), "finish");
+  // This worker's share: its part, or every batch index modulo the workers.
+  const uint64_t my_examples = worker::batch_share(train_csr.rows(), dopt.batch_rows, flags.partition ? 0 : w,
+                                                   flags.partition ? 1 : workers).rows *
+                               static_cast<uint64_t>(dopt.epochs);
   // Evaluation, predictions and the model file happen once, on worker 0,
   // after every worker's last push has been applied (pushes are answered
   // before train() returns; the barrier waits for the slowest worker).
-  node.client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true);
+  const uint64_t job_examples =
+      node.client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true, my_examples);
+  report_job_rate(w, workers, job_examples, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  nullptr);
   if (w == 0) {
     const worker::LinearModel model = trainer.pull_model();
     worker::TrainOptions eval_opt = opt;
@@ -271,7 +313,7 @@ int run_distributed_train(TrainFlags flags) {
   }
   const worker::KvClientStats st = kv.stats();
   std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests\n", w,
-               train_s > 0 ? my_rows * dopt.epochs / train_s : 0.0, st.push_bytes / 1e6,
+               train_s > 0 ? static_cast<double>(my_examples) / train_s : 0.0, st.push_bytes / 1e6,
                st.pull_bytes / 1e6, static_cast<unsigned long long>(st.requests));
   node.client->done();
   (void)node.client->wait_for_shutdown(join_timeout(flags.cluster));
@@ -480,7 +522,14 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // Leave the SSP minimum: with --partition the workers' batch counts differ.
   check_status(store->finish().get(), "finish");
-  if (distributed) node->client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true);
+  const uint64_t my_examples =
+      worker::batch_share(rows.rows(), mo.batch_rows, flags.partition ? 0 : w, flags.partition ? 1 : workers).rows *
+      static_cast<uint64_t>(mo.epochs);
+  if (distributed) {
+    const uint64_t job_examples =
+        node->client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true, my_examples);
+    report_job_rate(w, workers, job_examples, std::chrono::duration<double>(Clock::now() - t0).count(), &metrics);
+  }
   if (w == 0 && test) report_model_eval(flags, run, *test, spec, metrics, std::chrono::duration<double>(Clock::now() - t0).count());
   if (w == 0 && !flags.save_model.empty()) {
     const worker::SavedModel saved = flags.partition ? run.gather_all_slots(map) : run.gather(rows, map);
@@ -493,8 +542,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   size_t last = 0;
   for (size_t i = 0; i < st.histogram.size(); ++i) if (st.histogram[i] > 0) last = i;
   for (size_t i = 0; i <= last; ++i) hist += (i ? ", " : "") + std::to_string(st.histogram[i]);
-  const double eps =
-      train_s > 0 ? static_cast<double>(rows.rows()) * mo.epochs / (flags.partition ? 1 : workers) / train_s : 0;
+  const double eps = train_s > 0 ? static_cast<double>(my_examples) / train_s : 0;
   if (distributed) {
     const worker::KvClientStats ks = kv->stats();
     std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests; staleness of its pulls "
@@ -597,7 +645,7 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_flag("--quiet", flags->quiet, "Progress once per epoch only");
   add_cluster_flags(cmd, flags->cluster);
   cmd->add_flag("--partition", flags->partition,
-                "fm, dnn, lr with ftrl, distributed: each worker reads only its byte range of --train (the slot map "
+                "Distributed: each worker reads only its byte range of --train (the slot map "
                 "is then hashed, --hash-bits or 2^22, and the dnn's fields are the format's)");
   cmd->add_flag("--pull-ahead", flags->pull_ahead,
                 "fm, dnn distributed: pull the next batch before pushing this one (faster; the pull misses this "

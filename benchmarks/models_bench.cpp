@@ -22,7 +22,8 @@ struct Run {
 };
 
 // Parses what parafab train prints: the held-out line, and "trained in S s:
-// N examples/s" (one process) or each worker's "worker W: N examples/s" (summed).
+// N examples/s" (one process) or worker 0's "job: ... N examples/s in
+// total" (every worker's examples over the job's wall time).
 Run parse(const std::string& out) {
   Run r;
   std::smatch m;
@@ -31,11 +32,8 @@ Run parse(const std::string& out) {
   r.log_loss = std::stod(m[1]);
   r.auc = m[2] == "nan" ? 0 : std::stod(m[2]);
   static const std::regex one(R"(trained in [0-9.]+ s: ([0-9.]+) examples/s)");
-  static const std::regex worker(R"(\] worker \d+: ([0-9.]+) examples/s)");
-  if (std::regex_search(out, m, one)) r.examples_per_second = std::stod(m[1]);
-  for (std::sregex_iterator it(out.begin(), out.end(), worker), end; it != end; ++it) {
-    r.examples_per_second += std::stod((*it)[1]);
-  }
+  static const std::regex job(R"(job: \d+ examples by \d+ workers in [0-9.]+ s: ([0-9.]+) examples/s in total)");
+  if (std::regex_search(out, m, one) || std::regex_search(out, m, job)) r.examples_per_second = std::stod(m[1]);
   r.ok = true;
   return r;
 }

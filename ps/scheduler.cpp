@@ -61,7 +61,7 @@ struct Scheduler::Impl {
   std::map<uint64_t, std::shared_ptr<Conn>> conns;  // open connections
   std::vector<std::shared_ptr<Conn>> servers, workers;  // slots by role rank; null = vacant
   struct Barrier {
-    std::set<uint32_t> arrived;  // ranks
+    std::map<uint32_t, uint64_t> arrived;  // rank -> its contribution
     bool workers_only = false;
   };
   std::map<std::string, Barrier> barriers;
@@ -172,7 +172,7 @@ struct Scheduler::Impl {
             return;
           }
           it->second.workers_only = workers_only;
-          it->second.arrived.insert(c.rank);
+          it->second.arrived[c.rank] = m.barrier_request().contribution();
           check_barriers();
           return;
         }
@@ -380,8 +380,11 @@ struct Scheduler::Impl {
         ++it;
         continue;
       }
+      uint64_t sum = 0;
+      for (const auto& [rank, contribution] : it->second.arrived) sum += contribution;
       proto::Envelope m;
       m.mutable_barrier_release()->set_name(it->first);
+      m.mutable_barrier_release()->set_sum(sum);
       for_each_live([&](const Conn& n) {
         if (member(n)) n.channel->send(m);
       });

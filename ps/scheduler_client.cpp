@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -49,7 +50,7 @@ struct SchedulerClient::Impl {
   uint32_t rank = 0, role_rank = 0;
   bool registered = false;
   ClusterMap map;
-  std::map<std::string, uint32_t> released;  // barrier name -> releases not yet consumed
+  std::map<std::string, std::deque<uint64_t>> released;  // barrier name -> sums of releases not yet consumed
   std::vector<uint32_t> dead;
   std::string shutdown_reason;
   uint64_t heartbeat_sequence = 0;
@@ -155,7 +156,7 @@ struct SchedulerClient::Impl {
       case proto::Envelope::kBarrierRelease: {
         {
           std::lock_guard lock(mu);
-          ++released[m.barrier_release().name()];
+          released[m.barrier_release().name()].push_back(m.barrier_release().sum());
         }
         cv.notify_all();
         return;
@@ -367,7 +368,8 @@ uint64_t SchedulerClient::job_id() const {
   return impl_->job_id;
 }
 
-void SchedulerClient::barrier(const std::string& name, std::chrono::milliseconds timeout, bool workers_only) {
+uint64_t SchedulerClient::barrier(const std::string& name, std::chrono::milliseconds timeout, bool workers_only,
+                                  uint64_t contribution) {
   Impl& c = *impl_;
   if (name.empty() || name.size() > kMaxBarrierNameBytes) {
     throw std::invalid_argument("barrier name must have 1 to 256 bytes");
@@ -376,12 +378,20 @@ void SchedulerClient::barrier(const std::string& name, std::chrono::milliseconds
   proto::Envelope m;
   m.mutable_barrier_request()->set_name(name);
   m.mutable_barrier_request()->set_workers_only(workers_only);
+  m.mutable_barrier_request()->set_contribution(contribution);
   c.joined_channel(what.c_str())->send(m);
   std::unique_lock lock(c.mu);
-  const bool released = c.cv.wait_for(lock, timeout, [&] { return c.released[name] > 0 || c.terminal(); });
-  if (c.released[name] > 0) {
-    if (--c.released[name] == 0) c.released.erase(name);
-    return;
+  auto pending = [&] {
+    const auto it = c.released.find(name);
+    return it != c.released.end() && !it->second.empty();
+  };
+  const bool released = c.cv.wait_for(lock, timeout, [&] { return pending() || c.terminal(); });
+  if (pending()) {
+    std::deque<uint64_t>& sums = c.released[name];
+    const uint64_t sum = sums.front();
+    sums.pop_front();
+    if (sums.empty()) c.released.erase(name);
+    return sum;
   }
   if (c.phase == Impl::Phase::kFailed) throw std::runtime_error(what + ": " + c.error);
   if (c.phase == Impl::Phase::kShutdown) throw std::runtime_error(what + ": the job shut down (" + c.shutdown_reason + ")");

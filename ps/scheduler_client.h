@@ -75,7 +75,9 @@ class SchedulerClient {
   // Blocks until every live node has called barrier(name); throws on timeout
   // (naming the barrier) or when the connection fails.
   // workers_only: only the workers meet; servers neither call nor wait.
-  void barrier(const std::string& name, std::chrono::milliseconds timeout, bool workers_only = false);
+  // Returns the sum of every arrived node's contribution (a job-wide count).
+  uint64_t barrier(const std::string& name, std::chrono::milliseconds timeout, bool workers_only = false,
+                   uint64_t contribution = 0);
   // Tells the scheduler this node has finished; the job shuts down when all
   // workers have.
   void done();

@@ -248,10 +248,11 @@ TEST_F(TrainModels, SavedFmAndDnnModelsPredictWhatTrainingPredicted) {
 }
 
 // --partition: each worker reads only its byte range of the file; together
-// they reach one process's loss, and the model gathered from every slot of
-// the servers predicts exactly what worker 0 predicted.
+// they reach one process's loss, the job's count of examples is every row
+// of the file once an epoch, and the model gathered from every slot of the
+// servers predicts exactly what worker 0 predicted.
 TEST_F(TrainModels, PartitionedWorkersReadTheirShareAndMatchOneProcess) {
-  for (const std::string model : {"fm", "dnn"}) {
+  for (const std::string model : {"lr", "svm", "fm", "dnn"}) {
     SCOPED_TRACE(model);
     std::vector<std::string> a = train_args(model);
     a.insert(a.end(), {"--hash-bits", "16"});
@@ -265,6 +266,10 @@ TEST_F(TrainModels, PartitionedWorkersReadTheirShareAndMatchOneProcess) {
     for (int w = 0; w < 3; ++w) {
       EXPECT_NE(out.find(fmt_part(w)), std::string::npos) << out;
     }
+    std::smatch job;
+    ASSERT_TRUE(std::regex_search(out, job, std::regex(R"(job: (\d+) examples by 3 workers in [0-9.]+ s: \d+ examples/s in total)")))
+        << out;
+    EXPECT_EQ(std::stoull(job[1]), 30000u * (model == "dnn" ? 1u : 2u)) << out;
     const double distributed = held_out(out);
     EXPECT_LE(distributed, single * 1.01) << "single " << single << "\n" << out;
     EXPECT_GE(distributed, single * 0.97) << "single " << single << "\n" << out;

@@ -242,11 +242,16 @@ TEST(SchedulerTest, BarrierReleasesOnlyAfterAllArrive) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("'lonely'"), std::string::npos) << e.what();
   }
-  std::vector<std::future<void>> again;
-  for (auto& c : clients) again.push_back(std::async(std::launch::async, [&c] { c->barrier("b", kWait); }));
+  // Each caller gets the sum of every caller's contribution (1 + 10 + 100).
+  std::vector<std::future<uint64_t>> again;
+  uint64_t contribution = 1;
+  for (auto& c : clients) {
+    again.push_back(std::async(std::launch::async, [&c, contribution] { return c->barrier("b", kWait, false, contribution); }));
+    contribution *= 10;
+  }
   for (auto& f : again) {
     ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
-    f.get();
+    EXPECT_EQ(f.get(), 111u);
   }
 }
 
@@ -273,10 +278,10 @@ TEST(SchedulerTest, RequestedRanksAreHonouredAndWorkersOnlyBarriersSkipServers) 
   EXPECT_EQ(clients[2]->role_rank(), 0u);
   EXPECT_EQ(clients[1]->rank(), 2u);  // 1 server, then workers
   // Workers meet without the server.
-  auto a = std::async(std::launch::async, [&] { clients[1]->barrier("w", kWait, true); });
-  clients[2]->barrier("w", kWait, true);
+  auto a = std::async(std::launch::async, [&] { return clients[1]->barrier("w", kWait, true, 5); });
+  EXPECT_EQ(clients[2]->barrier("w", kWait, true, 7), 12u);
   ASSERT_EQ(a.wait_for(kWait), std::future_status::ready);
-  a.get();
+  EXPECT_EQ(a.get(), 12u);
 }
 
 TEST(SchedulerTest, WorkersBringTheTablesWhenTheSchedulerHasNone) {

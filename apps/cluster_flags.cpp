@@ -33,6 +33,14 @@ void add_cluster_flags(CLI::App* cmd, ClusterFlags& f) {
       ->capture_default_str();
 }
 
+void add_worker_failure_flag(CLI::App* cmd, std::string& policy) {
+  cmd->add_option("--on-worker-failure", policy,
+                  "A worker that dies before it is done: fail (stop the job, naming it) or continue (the others go "
+                  "on without it and take over its batches from the next epoch)")
+      ->check(CLI::IsMember({"fail", "continue"}))
+      ->capture_default_str();
+}
+
 void resolve_cluster_flags(ClusterFlags& f) {
   from_env(f.scheduler, "PARAFAB_SCHEDULER", nullptr);
   from_env(f.token_file, "PARAFAB_TOKEN_FILE", nullptr);

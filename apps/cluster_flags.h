@@ -34,6 +34,8 @@ struct ClusterFlags {
 };
 
 void add_cluster_flags(CLI::App* cmd, ClusterFlags& flags);
+// The job's worker-failure policy (scheduler, node, launch): fail or continue.
+void add_worker_failure_flag(CLI::App* cmd, std::string& policy);
 // Fills what the flags left empty from the environment, then defaults.
 // Throws std::invalid_argument naming the flag and variable that are missing.
 void resolve_cluster_flags(ClusterFlags& flags);

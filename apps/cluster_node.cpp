@@ -8,7 +8,7 @@ namespace parafab::apps {
 
 ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
                          std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead,
-                         std::vector<ps::TableSchema> tables) {
+                         std::vector<ps::TableSchema> tables, std::string resume_dir) {
   ClusterNode node;
   node.endpoint = std::make_unique<rdma::Endpoint>(endpoint_options(flags));
   const HostPort sched = parse_host_port(flags.scheduler);
@@ -22,6 +22,7 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
   co.on_node_dead = std::move(on_node_dead);
   co.requested_role_rank = flags.role_rank;
   co.tables = std::move(tables);
+  co.resume_dir = std::move(resume_dir);
   node.client = std::make_unique<ps::SchedulerClient>(std::move(co));
   node.map = &node.client->join(join_timeout(flags));
   node.rank = node.client->rank();

@@ -23,9 +23,10 @@ struct ClusterNode {
 };
 
 // Throws with the scheduler's or the fabric's reason.
-// `tables`: a worker's proposal of the job's tables (see SchedulerClientOptions).
+// `tables`: a worker's proposal of the job's tables, `resume_dir` the
+// checkpoint set its servers load (see SchedulerClientOptions).
 ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
                          std::function<void(const ps::NodeInfo&, const std::string&)> on_node_dead = {},
-                         std::vector<ps::TableSchema> tables = {});
+                         std::vector<ps::TableSchema> tables = {}, std::string resume_dir = {});
 
 }  // namespace parafab::apps

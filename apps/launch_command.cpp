@@ -37,6 +37,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "apps/cluster_flags.h"
 #include "apps/commands.h"
 #include "apps/job_dir.h"
 #include "benchmarks/child_process.h"
@@ -44,6 +45,7 @@
 #include "apps/signal_pipe.h"
 #include "apps/ssh_hosts.h"
 #include "apps/table_spec.h"
+#include "ps/checkpoint.h"
 #include "ps/consistency.h"
 #include "ps/job_token.h"
 
@@ -62,6 +64,12 @@ struct LaunchFlags {
   double join_timeout_s = 60;
   double timeout_s = 0;  // whole job; 0: none
   double grace_s = 5;
+  double heartbeat_timeout_s = 10;
+  std::string on_worker_failure = "fail";
+  std::string checkpoint_dir;  // servers' checkpoints
+  double checkpoint_interval_s = 0;
+  int64_t checkpoint_clocks = 0;
+  int restart_failed = 0;  // whole-job restarts from the checkpoint set
   std::vector<std::string> command;
   // --hostfile mode only (ssh):
   std::string hostfile;
@@ -103,6 +111,18 @@ void validate(LaunchFlags& f) {
   if (f.grace_s < 0) throw std::invalid_argument(fmt::format("--grace {}: must be >= 0", f.grace_s));
   (void)ps::ConsistencyModel::parse(f.consistency);
   for (const std::string& spec : f.tables) (void)parse_table_spec(spec);
+  if (f.restart_failed > 0 && f.checkpoint_dir.empty()) {
+    throw std::invalid_argument("--restart-failed needs --checkpoint-dir (the job restarts from its checkpoints)");
+  }
+  if (f.restart_failed > 0 && !f.hostfile.empty()) {
+    throw std::invalid_argument("--restart-failed: for local jobs (under --hostfile or Slurm, rerun with train --resume)");
+  }
+  if ((f.checkpoint_interval_s > 0 || f.checkpoint_clocks > 0) && f.checkpoint_dir.empty()) {
+    throw std::invalid_argument("--checkpoint-interval and --checkpoint-clocks need --checkpoint-dir");
+  }
+  if (!f.checkpoint_dir.empty() && !f.hostfile.empty()) {
+    throw std::invalid_argument("--checkpoint-dir: for local jobs (under --hostfile, give it to parafab server)");
+  }
   if (f.hostfile.empty()) {
     const std::pair<bool, const char*> ssh_only[] = {
         {f.ssh_port != 0, "--ssh-port"}, {!f.ssh_options.empty(), "--ssh-option"}, {f.ssh_program != "ssh", "--ssh"},
@@ -227,7 +247,33 @@ class Launch {
  public:
   explicit Launch(LaunchFlags f) : f_(std::move(f)), signals_({SIGINT, SIGTERM, SIGCHLD}), group_(signals_.fd()) {}
 
-  int run() { return f_.hostfile.empty() ? run_local() : run_ssh(); }
+  int run() {
+    if (!f_.hostfile.empty()) return run_ssh();
+    // --restart-failed: when a server or the scheduler fails (or a worker,
+    // under --on-worker-failure fail), stop the job and start it again,
+    // every process, from the newest complete checkpoint set; the workers
+    // find it in PARAFAB_RESUME_DIR (train --resume).
+    bool resume = false;
+    for (int restart = 0;; ++restart) {
+      restartable_ = false;
+      const int code = run_local(resume);
+      if (code == 0 || !restartable_ || restart >= f_.restart_failed) {
+        if (restartable_ && f_.restart_failed > 0) say(fmt::format("gave up after {} restarts (--restart-failed)", restart));
+        return code;
+      }
+      try {
+        const ps::CheckpointSet set = ps::find_checkpoint_set(f_.checkpoint_dir, static_cast<uint32_t>(f_.servers));
+        for (const std::string& why : set.refused) say("passed over " + why);
+        say(fmt::format("restart {} of {}: the whole job again from the checkpoint set in {} (clock {}); what the "
+                        "servers learned after it is lost",
+                        restart + 1, f_.restart_failed, f_.checkpoint_dir, set.clock));
+      } catch (const ps::CheckpointError& e) {
+        say(fmt::format("cannot restart: {}", e.what()));
+        return code;
+      }
+      resume = true;
+    }
+  }
 
  private:
   std::string who(size_t i) const {
@@ -298,7 +344,11 @@ class Launch {
                                      "--consistency",
                                      f_.consistency,
                                      "--join-timeout",
-                                     fmt::format("{}", f_.join_timeout_s)};
+                                     fmt::format("{}", f_.join_timeout_s),
+                                     "--heartbeat-timeout",
+                                     fmt::format("{}", f_.heartbeat_timeout_s),
+                                     "--on-worker-failure",
+                                     f_.on_worker_failure};
     if (!f_.iface.empty()) node.insert(node.end(), {"--iface", f_.iface});
     for (const std::string& t : f_.tables) node.insert(node.end(), {"--table", t});
     node.push_back("--");
@@ -335,8 +385,13 @@ class Launch {
     return supervise();
   }
 
-  int run_local() {
-    const JobDir& dir = dir_.emplace(token_);
+  int run_local(bool resume) {
+    if (!dir_) dir_.emplace(token_);
+    const JobDir& dir = *dir_;
+    std::error_code ec;
+    std::filesystem::remove(dir.port_file(), ec);  // a restart's scheduler writes a new one
+    workers_.clear();
+    lost_workers_ = 0;
     const ps::ConsistencyModel consistency = ps::ConsistencyModel::parse(f_.consistency);
     say(fmt::format("{} servers ({}), {} workers, provider {}, job token {} in {}, join timeout {} s, timeout {}",
                     f_.servers, consistency.to_string(), f_.workers, f_.provider, token_.fingerprint(), dir.path(),
@@ -349,7 +404,8 @@ class Launch {
 
     std::vector<std::string> sched = {
         self,     "scheduler", "--servers",   std::to_string(f_.servers), "--workers",      std::to_string(f_.workers),
-        "--port", "0",         "--port-file", dir.port_file(),           "--join-timeout", join};
+        "--port", "0",         "--port-file", dir.port_file(),           "--join-timeout", join,
+        "--heartbeat-timeout", fmt::format("{}", f_.heartbeat_timeout_s), "--on-worker-failure", f_.on_worker_failure};
     for (const std::string& t : f_.tables) {
       sched.push_back("--table");
       sched.push_back(t);
@@ -361,17 +417,24 @@ class Launch {
     say(fmt::format("scheduler (pid {}) listening on {}", group_.child(scheduler).pid, address));
     env.push_back("PARAFAB_SCHEDULER=" + address);
 
+    std::vector<std::string> server_argv = {self, "server", "--consistency", f_.consistency, "--join-timeout", join};
+    if (!f_.checkpoint_dir.empty()) {
+      server_argv.insert(server_argv.end(), {"--checkpoint-dir", f_.checkpoint_dir, "--checkpoint-interval",
+                                             fmt::format("{}", f_.checkpoint_interval_s), "--checkpoint-clocks",
+                                             std::to_string(f_.checkpoint_clocks)});
+    }
     for (int i = 0; i < f_.servers; ++i) {
-      group_.start(fmt::format("server {}", i),
-                   {self, "server", "--consistency", f_.consistency, "--join-timeout", join},
+      group_.start(fmt::format("server {}", i), server_argv,
                    with(env, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", i)}));
     }
+    std::vector<std::string> worker_env = env;
+    if (resume) worker_env.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoint_dir);
     for (int j = 0; j < f_.workers; ++j) {
       workers_.push_back(group_.start(fmt::format("worker {}", j), f_.command,
-                                      with(env, {"PARAFAB_ROLE=worker", fmt::format("PARAFAB_RANK={}", j)})));
+                                      with(worker_env, {"PARAFAB_ROLE=worker", fmt::format("PARAFAB_RANK={}", j)})));
     }
     std::string started;
-    for (size_t i = 0; i < group_.size(); ++i) started += (i == 0 ? "" : ", ") + who(i);
+    for (size_t i = scheduler; i < group_.size(); ++i) started += (i == scheduler ? "" : ", ") + who(i);
     say(fmt::format("started {}", started));
     return supervise();
   }
@@ -471,10 +534,16 @@ class Launch {
       bool failed = false;
       for (const size_t i : ended) {
         const ProcessGroup::Child& c = group_.child(i);
-        if (!c.succeeded()) {
-          say(fmt::format("{} failed: {}", who(i), end_of(i)));
-          failed = true;
+        if (c.succeeded()) continue;
+        if (f_.on_worker_failure == "continue" && is_worker(i)) {
+          ++lost_workers_;
+          say(fmt::format("{} failed: {}; the job goes on without it (--on-worker-failure continue)", who(i),
+                          end_of(i)));
+          continue;
         }
+        say(fmt::format("{} failed: {}", who(i), end_of(i)));
+        failed = true;
+        restartable_ = true;  // any process but a worker let go under continue
       }
       if (failed) {
         stop_all();
@@ -482,9 +551,11 @@ class Launch {
       }
       if (const int s = take_interrupt()) return interrupted(s);
       if (group_.running() == 0) {
-        say(fmt::format("job done: the scheduler, {} server{} and {} worker{} exited 0 in {:.1f} s", f_.servers,
-                        f_.servers == 1 ? "" : "s", f_.workers, f_.workers == 1 ? "" : "s",
-                        std::chrono::duration<double>(Clock::now() - started).count()));
+        const int ok_workers = f_.workers - lost_workers_;
+        say(fmt::format("job done: the scheduler, {} server{} and {} worker{} exited 0 in {:.1f} s{}", f_.servers,
+                        f_.servers == 1 ? "" : "s", ok_workers, ok_workers == 1 ? "" : "s",
+                        std::chrono::duration<double>(Clock::now() - started).count(),
+                        lost_workers_ > 0 ? fmt::format(" ({} lost, continued without)", lost_workers_) : ""));
         return 0;
       }
       const auto now = Clock::now();
@@ -510,7 +581,11 @@ class Launch {
   // remote side's end before they are signalled.
   static constexpr milliseconds kSshMargin{5000};
 
+  bool is_worker(size_t i) const { return std::find(workers_.begin(), workers_.end(), i) != workers_.end(); }
+
   LaunchFlags f_;
+  int lost_workers_ = 0;  // workers that failed under --on-worker-failure continue
+  bool restartable_ = false;  // this run ended with a failed process (--restart-failed may start it again)
   // Destroyed in reverse: the ssh sessions' stdin closes first (the remote
   // processes begin to stop), then the children are killed and reaped
   // (group_) before the token's directory goes, and all before the handlers.
@@ -548,6 +623,26 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
                   "servers may take to exit once every worker has")
       ->capture_default_str();
   cmd->add_option("--timeout", f->timeout_s, "Seconds the whole job may run (0: no limit)")->capture_default_str();
+  cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s,
+                  "Seconds of silence before the scheduler declares a node dead")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  add_worker_failure_flag(cmd, f->on_worker_failure);
+  cmd->add_option("--checkpoint-dir", f->checkpoint_dir,
+                  "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir); train --resume DIR "
+                  "starts a job from them");
+  cmd->add_option("--checkpoint-interval", f->checkpoint_interval_s, "Seconds between the servers' checkpoints")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-clocks", f->checkpoint_clocks,
+                  "Checkpoint whenever the slowest worker's clock has advanced this much")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--restart-failed", f->restart_failed,
+                  "Up to N times, when a server or the scheduler dies, start the whole job again from the newest "
+                  "complete checkpoint set in --checkpoint-dir (local jobs)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--grace", f->grace_s, "Seconds between SIGTERM and SIGKILL when stopping the job")
       ->capture_default_str();
   cmd->add_option("--hostfile", f->hostfile,
@@ -583,7 +678,8 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   cmd->footer(
       "Each line of a process's output is printed with its role and rank: [scheduler], [server 0], [worker 2]. "
       "SIGINT or SIGTERM stops every process (SIGTERM, then SIGKILL after --grace). Exit status: 0 when every "
-      "process exited 0; 1 when one failed (it is named, with its host under --hostfile); 2 for bad flags; 128+N "
+      "process exited 0 (a worker lost under --on-worker-failure continue is reported, not failed); 1 when one "
+      "failed (it is named, with its host under --hostfile); 2 for bad flags; 128+N "
       "after signal N. Under --hostfile each process is `ssh HOST ... parafab node -- COMMAND` in the same working "
       "directory, and ends when its ssh session does.");
   cmd->callback([f, port, &ctx] {

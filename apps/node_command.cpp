@@ -31,6 +31,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "apps/cluster_flags.h"
 #include "apps/commands.h"
 #include "apps/role_detection.h"
 #include "apps/table_spec.h"
@@ -55,6 +56,7 @@ struct NodeFlags {
   std::string launcher = "auto";
   std::string token_file, provider, node, iface;
   double join_timeout_s = 60, heartbeat_timeout_s = 10;
+  std::string on_worker_failure = "fail";
   bool dry_run = false;
   std::vector<std::string> command;
 };
@@ -214,7 +216,7 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
       plan.argv = {self_exe(), "scheduler", "--servers", std::to_string(shape.servers), "--workers",
                    std::to_string(shape.workers), "--port", std::to_string(plan.port), "--bind", f.bind,
                    "--token-file", plan.token_file, "--join-timeout", join, "--heartbeat-timeout",
-                   fmt::format("{}", f.heartbeat_timeout_s)};
+                   fmt::format("{}", f.heartbeat_timeout_s), "--on-worker-failure", f.on_worker_failure};
       for (const std::string& t : f.tables) {
         plan.argv.push_back("--table");
         plan.argv.push_back(t);
@@ -313,6 +315,7 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s, "Seconds of silence before a node is declared dead")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  add_worker_failure_flag(cmd, f->on_worker_failure);
   cmd->add_flag("--dry-run", f->dry_run, "Print this process's role, environment and command, and exit");
   cmd->add_option("command", f->command,
                   "The worker command and its arguments, after --; it finds the job in PARAFAB_SCHEDULER, "

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "apps/cluster_flags.h"
 #include "apps/commands.h"
 #include "apps/table_spec.h"
 #include "ps/scheduler.h"
@@ -18,6 +19,7 @@ struct SchedulerFlags {
   std::string token_file, port_file;
   std::vector<std::string> tables;
   double join_timeout_s = 60, heartbeat_timeout_s = 10;
+  std::string on_worker_failure = "fail";
 };
 
 int run_scheduler(const SchedulerFlags& f) {
@@ -35,6 +37,7 @@ int run_scheduler(const SchedulerFlags& f) {
   for (const std::string& spec : f.tables) o.tables.push_back(parse_table_spec(spec));
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.join_timeout_s * 1000));
   o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.heartbeat_timeout_s * 1000));
+  o.on_worker_failure = ps::parse_worker_failure_policy(f.on_worker_failure);
   ps::Scheduler scheduler(std::move(o));
   std::fprintf(stderr, "%s\n",
                fmt::format("scheduler listening on {}:{} for {} servers and {} workers, job {:016x}, token {}",
@@ -76,6 +79,7 @@ void add_scheduler_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--join-timeout", f->join_timeout_s, "Seconds for every node to join")->capture_default_str();
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s, "Seconds of silence before a node is declared dead")
       ->capture_default_str();
+  add_worker_failure_flag(cmd, f->on_worker_failure);
   cmd->callback([f, &ctx] { ctx.exit_code = run_guarded("scheduler", [&] { return run_scheduler(*f); }); });
 }
 

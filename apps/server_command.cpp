@@ -2,11 +2,13 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <filesystem>
 #include <cstdio>
 #include <thread>
 
 #include "apps/cluster_node.h"
 #include "apps/commands.h"
+#include "ps/checkpoint.h"
 #include "ps/server.h"
 
 namespace parafab::apps {
@@ -15,12 +17,37 @@ namespace {
 struct ServerFlags {
   ClusterFlags cluster;
   std::string consistency = "bsp";
+  std::string checkpoint_dir;
+  double checkpoint_interval_s = 0;
+  int64_t checkpoint_clocks = 0;
+  bool recover = false;
 };
+
+// Loads this server's shard of the newest complete checkpoint set in `dir`.
+void restore_from(ps::Server& srv, const std::string& dir, uint32_t index, uint32_t servers) {
+  const ps::CheckpointSet set = ps::find_checkpoint_set(dir, servers);
+  for (const std::string& why : set.refused) std::fprintf(stderr, "server %u: passed over %s\n", index, why.c_str());
+  const std::string& path = set.paths.at(index);
+  const ps::ShardCheckpoint c = ps::read_checkpoint(path);
+  srv.restore(c, path, set.clock);
+  size_t keys = 0;
+  for (const auto& t : c.sparse) keys += t.keys.size();
+  std::fprintf(stderr, "%s\n",
+               fmt::format("server {}: restored from {} ({:.1f} MB, {} sparse keys, {} dense shards, minimum worker "
+                           "clock {})",
+                           index, path, c.bytes / 1e6, keys, c.dense.size(), c.min_clock)
+                   .c_str());
+}
 
 int run_server(ServerFlags f) {
   resolve_cluster_flags(f.cluster);
   ps::ServerOptions so;
   so.consistency = ps::ConsistencyModel::parse(f.consistency);
+  if (f.recover && f.checkpoint_dir.empty()) throw std::invalid_argument("--recover needs --checkpoint-dir (where the checkpoint is)");
+  if ((f.checkpoint_interval_s > 0 || f.checkpoint_clocks > 0) && f.checkpoint_dir.empty()) {
+    throw std::invalid_argument("--checkpoint-interval and --checkpoint-clocks need --checkpoint-dir");
+  }
+  if (!f.checkpoint_dir.empty()) std::filesystem::create_directories(f.checkpoint_dir);
   ps::Server* server = nullptr;
   std::atomic<bool> ready{false};
   ClusterNode node = join_cluster(f.cluster, ps::Role::kServer, [&](const ps::NodeInfo& n, const std::string& why) {
@@ -28,7 +55,19 @@ int run_server(ServerFlags f) {
                                              n.role_rank, n.rank, n.host, why).c_str());
     if (n.role == ps::Role::kWorker && ready) server->remove_worker_later(n.role_rank);
   });
+  if (!f.checkpoint_dir.empty()) {
+    so.checkpoint_path = ps::checkpoint_path(f.checkpoint_dir, node.role_rank, node.map->num_servers());
+    so.checkpoint_interval = std::chrono::milliseconds(static_cast<int64_t>(f.checkpoint_interval_s * 1000));
+    so.checkpoint_clocks = f.checkpoint_clocks;
+  }
   ps::Server srv(*node.endpoint, *node.map, node.role_rank, so);
+  // The job's workers asked to resume (train --resume DIR), or this server
+  // was started to recover its own last checkpoint.
+  if (!node.map->resume_dir.empty()) {
+    restore_from(srv, node.map->resume_dir, node.role_rank, node.map->num_servers());
+  } else if (f.recover) {
+    restore_from(srv, f.checkpoint_dir, node.role_rank, node.map->num_servers());
+  }
   server = &srv;
   ready = true;
   std::fprintf(stderr, "server %u: serving %zu tables under %s\n", node.role_rank, node.map->tables.size(),
@@ -55,6 +94,12 @@ int run_server(ServerFlags f) {
                            st.bad_messages, st.last_error.empty() ? "" : " (last: " + st.last_error + ")",
                            st.refused_non_finite, st.staleness.max_seen())
                    .c_str());
+  if (st.checkpoints > 0) {
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("server {}: {} checkpoints to {}, the last {:.1f} MB in {:.3f} s", node.role_rank,
+                             st.checkpoints, so.checkpoint_path, st.checkpoint_bytes / 1e6, st.checkpoint_seconds)
+                     .c_str());
+  }
   if (!failure.empty()) throw std::runtime_error("lost the scheduler: " + failure);
   std::fprintf(stderr, "server %u: shutdown: %s\n", node.role_rank, node.client->shutdown_reason().c_str());
   return 0;
@@ -67,6 +112,19 @@ void add_server_command(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand("server", "Run one parameter server of a job (joins through the scheduler)");
   add_cluster_flags(cmd, f->cluster);
   cmd->add_option("--consistency", f->consistency, "bsp, ssp:S (bounded staleness S) or asp")->capture_default_str();
+  cmd->add_option("--checkpoint-dir", f->checkpoint_dir,
+                  "Checkpoint this server's shards (values and optimizer state) to DIR/server-I-of-S.ckpt: every "
+                  "--checkpoint-interval seconds or --checkpoint-clocks clocks, and at the end");
+  cmd->add_option("--checkpoint-interval", f->checkpoint_interval_s, "Seconds between checkpoints (0: not by time)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-clocks", f->checkpoint_clocks,
+                  "Checkpoint whenever the slowest worker's clock has advanced this much (0: not by clocks)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--recover", f->recover,
+                "Start from this server's last checkpoint in --checkpoint-dir (refused, naming the file, when it is "
+                "missing, corrupt or of other tables)");
   cmd->callback([f, &ctx] { ctx.exit_code = run_guarded("server", [&] { return run_server(*f); }); });
 }
 

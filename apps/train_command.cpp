@@ -17,6 +17,7 @@
 #include "apps/commands.h"
 #include "apps/data_loading.h"
 #include "kernels/memory.h"
+#include "ps/checkpoint.h"
 #include "worker/batch_schedule.h"
 #include "worker/distributed_trainer.h"
 #include "worker/kv_client.h"
@@ -33,6 +34,7 @@ namespace {
 
 struct TrainFlags {
   std::string train, test, model = "lr", optimizer = "adagrad", cache, predictions, save_model, planted;
+  std::string resume;  // a checkpoint set's directory
   DataFlags data;
   worker::TrainOptions opt;
   int hash_bits = 0;
@@ -92,11 +94,58 @@ void check_status(const rdma::Status& s, const char* what) {
 
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
 
+// The job's live workers (their indices), from the scheduler's notices of death.
+worker::LiveWorkers live_workers_of(const ClusterNode& node) {
+  return [&node] {
+    const std::vector<uint32_t> dead = node.client->dead_ranks();
+    std::vector<uint32_t> live;
+    for (const ps::NodeInfo& n : node.map->workers) {
+      if (std::find(dead.begin(), dead.end(), n.rank) == dead.end()) live.push_back(n.role_rank);
+    }
+    std::sort(live.begin(), live.end());
+    return live;
+  };
+}
+
+// train --resume DIR: the clock up to which the checkpoint set in DIR holds
+// every worker's iterations. This worker's clock continues from it and its
+// first batches are skipped; the servers load the set themselves (the
+// cluster map carries DIR). 0 without --resume.
+uint64_t resume_clock(const std::string& dir, const ClusterNode& node, worker::KvClient& kv) {
+  if (dir.empty()) return 0;
+  ps::CheckpointSet set;
+  try {
+    set = ps::find_checkpoint_set(dir, node.map->num_servers());
+    if (set.job_fingerprint != ps::checkpoint_fingerprint(node.map->tables)) {
+      throw ps::CheckpointError(set.paths.front() + ": written for other tables than this job's");
+    }
+  } catch (const ps::CheckpointError& e) {
+    // Said now: leaving the job (as the error unwinds) may get this process
+    // stopped before its error is printed.
+    std::fprintf(stderr, "worker %u: cannot resume: %s\n", node.role_rank, e.what());
+    throw;
+  }
+  for (const std::string& why : set.refused) std::fprintf(stderr, "worker %u: passed over %s\n", node.role_rank, why.c_str());
+  kv.start_at_clock(set.clock);
+  std::fprintf(stderr, "%s\n",
+               fmt::format("worker {}: resuming from the checkpoint set in {} at clock {}", node.role_rank, dir,
+                           set.clock)
+                   .c_str());
+  return static_cast<uint64_t>(std::max<int64_t>(0, set.clock));
+}
+
+// After the workers' last barrier: the worker that evaluates and saves, the
+// first live one (worker 0 unless it died under --on-worker-failure continue).
+uint32_t evaluating_worker(const ClusterNode& node) {
+  const std::vector<uint32_t> live = live_workers_of(node)();
+  return live.empty() ? 0 : live.front();
+}
+
 // Worker 0 of a job prints (and writes to --metrics-out) the job's rate:
 // every worker's examples, summed by the "trained" barrier, over the time
 // from this worker's start to the barrier's release (the slowest worker's end).
-void report_job_rate(uint32_t w, uint32_t workers, uint64_t job_examples, double seconds, MetricsOut* metrics) {
-  if (w != 0) return;
+void report_job_rate(bool reporter, uint32_t workers, uint64_t job_examples, double seconds, MetricsOut* metrics) {
+  if (!reporter) return;
   const double rate = seconds > 0 ? static_cast<double>(job_examples) / seconds : 0.0;
   std::fprintf(stderr, "job: %llu examples by %u workers in %.2f s: %.0f examples/s in total\n",
                static_cast<unsigned long long>(job_examples), workers, seconds, rate);
@@ -185,6 +234,9 @@ int run_train(const TrainFlags& flags) {
   if (flags.ftrl() && flags.model != "lr") {
     throw std::invalid_argument("--optimizer ftrl: for --model lr (FTRL-Proximal is a logistic-regression method)");
   }
+  if (!flags.resume.empty() && !distributed) {
+    throw std::invalid_argument("--resume: for the workers of a job (its servers wrote the checkpoints)");
+  }
   if (!flags.linear()) return run_model_train(flags, distributed);
   if (flags.partition && !distributed) {
     throw std::invalid_argument("--partition: for a worker of a job (one process reads the whole --train)");
@@ -256,13 +308,14 @@ int run_distributed_train(TrainFlags flags) {
   table.width = 1;
   table.updater.kind = flags.optimizer == "adagrad" ? ps::UpdaterKind::kAdaGrad : ps::UpdaterKind::kSgd;
   table.updater.learning_rate = opt.lr;
-  ClusterNode node = join_cluster(flags.cluster, ps::Role::kWorker, {}, {table});
+  ClusterNode node = join_cluster(flags.cluster, ps::Role::kWorker, {}, {table}, flags.resume);
   const ps::TableSchema& held = node.map->table(0);
   if (held.kind != ps::TableKind::kSparse || held.width != 1) {
     throw std::invalid_argument("the job's table 0 is not a sparse table of width 1: a linear model needs one");
   }
   worker::KvClient kv(*node.endpoint, *node.map, node.role_rank);
   worker::DistributedTrainOptions dopt;
+  dopt.skip_clocks = resume_clock(flags.resume, node, kv);
   dopt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
   dopt.epochs = opt.epochs;
   dopt.batch_rows = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
@@ -271,6 +324,9 @@ int run_distributed_train(TrainFlags flags) {
   dopt.shuffle = opt.shuffle;
   dopt.pull_ahead = !flags.no_pull_ahead;
   dopt.progress_seconds = opt.progress_seconds;
+  // A dead worker's batches go to the survivors (its part of the file, with
+  // --partition, is not read again).
+  if (!flags.partition) dopt.live_workers = live_workers_of(node);
   const uint32_t w = node.role_rank, workers = node.map->num_workers();
   if (flags.partition) {
     train = load_data(fmt::format("train part {}/{}", w + 1, workers), flags.train, flags.data, opt.threads, "", 2, w,
@@ -293,18 +349,18 @@ int run_distributed_train(TrainFlags flags) {
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Leave the SSP minimum: with --partition the workers' batch counts differ.
   check_status(kv.finish().get(), "finish");
-  // This worker's share: its part, or every batch index modulo the workers.
-  const uint64_t my_examples = worker::batch_share(train_csr.rows(), dopt.batch_rows, flags.partition ? 0 : w,
-                                                   flags.partition ? 1 : workers).rows *
-                               static_cast<uint64_t>(dopt.epochs);
-  // Evaluation, predictions and the model file happen once, on worker 0,
-  // after every worker's last push has been applied (pushes are answered
-  // before train() returns; the barrier waits for the slowest worker).
+  const uint64_t my_examples = trainer.examples();
+  // Evaluation, predictions and the model file happen once, on worker 0
+  // (the first live worker), after every worker's last push has been
+  // applied (pushes are answered before train() returns; the barrier waits
+  // for the slowest worker).
   const uint64_t job_examples =
       node.client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true, my_examples);
-  report_job_rate(w, workers, job_examples, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                  nullptr);
-  if (w == 0) {
+  const bool evaluates = w == evaluating_worker(node);
+  report_job_rate(evaluates, workers, job_examples,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), nullptr);
+  if (evaluates) {
+    if (w != 0) std::fprintf(stderr, "worker %u: worker 0 is gone; this worker evaluates and saves\n", w);
     const worker::LinearModel model = trainer.pull_model();
     worker::TrainOptions eval_opt = opt;
     eval_opt.loss = dopt.loss;
@@ -418,8 +474,9 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   std::unique_ptr<worker::KvClient> kv;
   std::unique_ptr<worker::ParameterStore> store;
   uint32_t w = 0, workers = 1;
+  uint64_t skip_clocks = 0;
   if (distributed) {
-    node.emplace(join_cluster(flags.cluster, ps::Role::kWorker, {}, spec.tables(map)));
+    node.emplace(join_cluster(flags.cluster, ps::Role::kWorker, {}, spec.tables(map), flags.resume));
     const std::vector<ps::TableSchema> want = spec.tables(map);
     for (const ps::TableSchema& t : want) {
       const ps::TableSchema& held = node->map->table(t.id);
@@ -430,6 +487,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
       }
     }
     kv = std::make_unique<worker::KvClient>(*node->endpoint, *node->map, node->role_rank);
+    skip_clocks = resume_clock(flags.resume, *node, *kv);
     store = std::make_unique<worker::RemoteStore>(*kv, *node->map);
     w = node->role_rank;
     workers = node->map->num_workers();
@@ -509,6 +567,8 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     }
   };
   mo.after_batch = after;
+  if (distributed && !flags.partition) mo.live_workers = live_workers_of(*node);
+  mo.skip_clocks = skip_clocks;
   // With --partition every row read is this worker's: it takes all batches.
   worker::ModelTrainer run(*store, spec, map, mo, flags.partition ? 0 : w, flags.partition ? 1 : workers, distributed);
   self = &run;
@@ -522,16 +582,21 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // Leave the SSP minimum: with --partition the workers' batch counts differ.
   check_status(store->finish().get(), "finish");
-  const uint64_t my_examples =
-      worker::batch_share(rows.rows(), mo.batch_rows, flags.partition ? 0 : w, flags.partition ? 1 : workers).rows *
-      static_cast<uint64_t>(mo.epochs);
+  const uint64_t my_examples = run.examples();
+  bool evaluator = w == 0;
   if (distributed) {
     const uint64_t job_examples =
         node->client->barrier("trained", join_timeout(flags.cluster), /*workers_only=*/true, my_examples);
-    report_job_rate(w, workers, job_examples, std::chrono::duration<double>(Clock::now() - t0).count(), &metrics);
+    evaluator = w == evaluating_worker(*node);
+    report_job_rate(evaluator, workers, job_examples, std::chrono::duration<double>(Clock::now() - t0).count(), &metrics);
+    if (evaluator && w != 0 && !flags.test.empty()) {
+      std::fprintf(stderr, "worker %u: worker 0 is gone; this worker evaluates and saves\n", w);
+      const worker::Dataset t = load_data("test", flags.test, data, opt.threads, "", flags.classes);
+      test = worker::build_model_rows(t.view(), map, spec, opt.threads);
+    }
   }
-  if (w == 0 && test) report_model_eval(flags, run, *test, spec, metrics, std::chrono::duration<double>(Clock::now() - t0).count());
-  if (w == 0 && !flags.save_model.empty()) {
+  if (evaluator && test) report_model_eval(flags, run, *test, spec, metrics, std::chrono::duration<double>(Clock::now() - t0).count());
+  if (evaluator && !flags.save_model.empty()) {
     const worker::SavedModel saved = flags.partition ? run.gather_all_slots(map) : run.gather(rows, map);
     worker::save_model_file(flags.save_model, saved);
     std::fprintf(stderr, "saved model to %s (%zu keys, %zu MLP parameters)\n", flags.save_model.c_str(),
@@ -638,6 +703,10 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_flag("--skip-bad-lines", flags->data.skip_bad_lines, "Count and skip malformed lines instead of stopping");
   cmd->add_option("--predictions", flags->predictions, "Write one probability per --test example, in input order");
   cmd->add_option("--save-model", flags->save_model, "Write the trained model (read by parafab predict)");
+  cmd->add_option("--resume", flags->resume,
+                  "Distributed: resume the job from the checkpoint set in DIR (the servers' --checkpoint-dir): the "
+                  "servers load their shards, the workers skip the batches it holds")
+      ->envname("PARAFAB_RESUME_DIR");
   cmd->add_option("--planted", flags->planted, "Planted weights from gen-data --weights-out: report their held-out log loss")
       ->check(CLI::ExistingFile);
   cmd->add_option("--progress-interval", flags->opt.progress_seconds, "Seconds between progress lines (0: per epoch only)")

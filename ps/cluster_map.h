@@ -34,6 +34,9 @@ struct ClusterMap {
   std::vector<NodeInfo> servers;  // index i is server i
   std::vector<NodeInfo> workers;  // index j is worker j
   std::vector<TableSchema> tables;
+  // Where the servers load their shards from (a job resumed from its
+  // checkpoint set, ps/checkpoint.h); empty: a fresh start.
+  std::string resume_dir;
 
   uint32_t num_servers() const { return static_cast<uint32_t>(servers.size()); }
   uint32_t num_workers() const { return static_cast<uint32_t>(workers.size()); }

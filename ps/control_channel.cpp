@@ -7,6 +7,7 @@
 #include <set>
 #include <span>
 
+#include "ps/control_frame.h"
 #include "ps/job_token.h"
 #include "ps/key_partition.h"
 
@@ -32,13 +33,7 @@ void ControlChannel::start(Handlers handlers) {
   });
 }
 
-std::string ControlChannel::encode_frame(const proto::Envelope& message) {
-  const size_t n = message.ByteSizeLong();
-  std::string frame(4 + n, '\0');
-  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  message.SerializeToArray(frame.data() + 4, static_cast<int>(n));
-  return frame;
-}
+std::string ControlChannel::encode_frame(const proto::Envelope& message) { return encode_control_frame(message); }
 
 void ControlChannel::send(const proto::Envelope& message) {
   asio::post(socket_.get_executor(),
@@ -63,14 +58,10 @@ void ControlChannel::read_header() {
                    ec == asio::error::eof ? std::string("connection closed by peer") : ec.message());
       return;
     }
-    const uint32_t length = static_cast<uint32_t>(self->header_[0]) | (static_cast<uint32_t>(self->header_[1]) << 8) |
-                            (static_cast<uint32_t>(self->header_[2]) << 16) |
-                            (static_cast<uint32_t>(self->header_[3]) << 24);
-    if (length > self->max_frame_bytes_) {
-      const std::string why = "frame of " + std::to_string(length) + " bytes exceeds the control-plane limit of " +
-                              std::to_string(self->max_frame_bytes_) + " bytes";
-      self->enqueue(encode_frame(make_error(proto::ERROR_MALFORMED, why)), true);
-      self->finish(ChannelClosed::Cause::kBadFrame, why);
+    const uint32_t length = control_frame_length(self->header_);
+    if (auto why = check_control_frame_length(length, self->max_frame_bytes_)) {
+      self->enqueue(encode_frame(make_error(proto::ERROR_MALFORMED, *why)), true);
+      self->finish(ChannelClosed::Cause::kBadFrame, *why);
       return;
     }
     self->read_body(length);
@@ -86,10 +77,9 @@ void ControlChannel::read_body(uint32_t length) {
       return;
     }
     proto::Envelope message;
-    if (!message.ParseFromString(self->body_)) {
-      const std::string why = "frame of " + std::to_string(self->body_.size()) + " bytes is not a control message";
-      self->enqueue(encode_frame(make_error(proto::ERROR_MALFORMED, why)), true);
-      self->finish(ChannelClosed::Cause::kBadFrame, why);
+    if (auto why = parse_control_body(self->body_, message)) {
+      self->enqueue(encode_frame(make_error(proto::ERROR_MALFORMED, *why)), true);
+      self->finish(ChannelClosed::Cause::kBadFrame, *why);
       return;
     }
     self->body_.clear();
@@ -332,6 +322,7 @@ void to_proto(const ClusterMap& map, proto::ClusterMap* out) {
   }
   for (const NodeInfo& w : map.workers) to_proto(w, out->add_workers());
   for (const TableSchema& t : map.tables) to_proto(t, out->add_tables());
+  out->set_resume_dir(map.resume_dir);
 }
 
 ClusterMap from_proto(const proto::ClusterMap& m) {
@@ -369,6 +360,8 @@ ClusterMap from_proto(const proto::ClusterMap& m) {
     map.tables.push_back(from_proto(t));
     if (!ids.insert(t.id()).second) fail("cluster map has table " + std::to_string(t.id()) + " twice");
   }
+  check_size("cluster map: resume_dir", m.resume_dir().size(), 0, kMaxResumeDirBytes);
+  map.resume_dir = m.resume_dir();
   return map;
 }
 
@@ -383,6 +376,7 @@ void validate_register(const proto::Register& r) {
   check_size("register: client_nonce", r.client_nonce().size(), kNonceBytes, kNonceBytes);
   check_size("register: mac", r.mac().size(), kMacBytes, kMacBytes);
   if (r.tables_size() > 1024) fail("register: " + std::to_string(r.tables_size()) + " tables (at most 1024)");
+  check_size("register: resume_dir", r.resume_dir().size(), 0, kMaxResumeDirBytes);
   std::set<uint32_t> ids;
   for (const proto::Table& t : r.tables()) {
     const TableSchema schema = from_proto(t);  // validates every field
@@ -403,6 +397,7 @@ std::vector<uint8_t> register_mac_input(uint64_t job_id, const std::string& nonc
   std::string tables;
   for (const proto::Table& t : r.tables()) tables += t.SerializeAsString();
   in.add(tables);  // the proposed tables are covered by the MAC too
+  in.add(r.resume_dir());
   return {in.bytes().begin(), in.bytes().end()};
 }
 

@@ -4,7 +4,8 @@
 // clients. Private to ps/ (the public API is scheduler.h and
 // scheduler_client.h).
 //
-// Frame: 4-byte little-endian body length, then the serialized Envelope. An
+// Frame: 4-byte little-endian body length, then the serialized Envelope
+// (the pure functions of ps/control_frame.h judge both halves). An
 // announced length above max_frame_bytes, or a body that does not parse,
 // is answered with an Error (ERROR_MALFORMED) and the connection is closed:
 // after a bad frame the stream cannot be trusted to be in sync.
@@ -37,6 +38,7 @@ namespace parafab::ps {
 
 inline constexpr uint32_t kControlProtocolVersion = 1;
 inline constexpr size_t kMaxControlFrameBytes = 64u << 20;
+inline constexpr size_t kMaxResumeDirBytes = 4096;  // a path
 // Before a peer has registered it gets no more than this per frame (a
 // Register is a few KiB), so a stranger cannot make the scheduler allocate
 // 64 MiB per connection.

@@ -111,4 +111,26 @@ bool DenseTable::try_read(uint64_t first_row, uint64_t rows, float* out) const {
   return version_->load(std::memory_order_relaxed) == v1;
 }
 
+void DenseTable::snapshot(std::vector<float>& values, std::vector<float>& state) const {
+  std::lock_guard<std::mutex> lock(writer_);
+  values.assign(values_, values_ + value_count_);
+  state = state_;
+}
+
+void DenseTable::restore(const std::vector<float>& values, const std::vector<float>& state) {
+  if (values.size() != value_count_ || state.size() != state_.size()) {
+    throw std::invalid_argument("DenseTable (table " + std::to_string(schema_.id) + ")::restore: " +
+                                std::to_string(values.size()) + " values and " + std::to_string(state.size()) +
+                                " state floats for a shard of " + std::to_string(value_count_) + " and " +
+                                std::to_string(state_.size()));
+  }
+  std::lock_guard<std::mutex> lock(writer_);
+  const uint64_t v = version_->load(std::memory_order_relaxed);
+  version_->store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  for (size_t i = 0; i < value_count_; ++i) std::atomic_ref<float>(values_[i]).store(values[i], std::memory_order_relaxed);
+  state_ = state;
+  version_->store(v + 2, std::memory_order_release);
+}
+
 }  // namespace parafab::ps

@@ -83,6 +83,12 @@ class DenseTable {
   uint64_t end_row() const { return end_; }
   const TableSchema& schema() const { return schema_; }
 
+  // The shard's values and optimizer state, copied under the writer lock
+  // (a checkpoint), and put back (a recovery; a seqlock write like a push).
+  // restore throws std::invalid_argument when the sizes do not fit.
+  void snapshot(std::vector<float>& values, std::vector<float>& state) const;
+  void restore(const std::vector<float>& values, const std::vector<float>& state);
+
  private:
   struct FreeRegion {
     void operator()(unsigned char* p) const;

@@ -67,6 +67,7 @@ struct Scheduler::Impl {
   std::map<std::string, Barrier> barriers;
   bool map_sent = false;
   bool tables_from_workers = false;  // opt.tables came from the first worker that brought some
+  std::string resume_dir;            // from the first worker that brought one
   bool finishing = false;
   bool ran = false;
   std::string failure;
@@ -252,6 +253,23 @@ struct Scheduler::Impl {
       refuse(c, proto::ERROR_ROLE_FULL, text);
       return;
     }
+    if (!reg.resume_dir().empty()) {
+      std::string conflict;
+      if (role != Role::kWorker) {
+        conflict = "only workers bring a resume directory";
+      } else if (resume_dir.empty()) {
+        resume_dir = reg.resume_dir();
+      } else if (resume_dir != reg.resume_dir()) {
+        conflict = "it resumes from " + reg.resume_dir() + ", the first worker from " + resume_dir;
+      }
+      if (!conflict.empty()) {
+        ++counters.invalid_messages;
+        const std::string text = std::string(to_string(role)) + " on host " + reg.host() + " refused: " + conflict;
+        spdlog::warn("scheduler: {}", text);
+        refuse(c, proto::ERROR_MALFORMED, text);
+        return;
+      }
+    }
     if (reg.tables_size() > 0) {
       std::vector<TableSchema> proposed;
       for (const proto::Table& t : reg.tables()) proposed.push_back(from_proto(t));
@@ -346,6 +364,7 @@ struct Scheduler::Impl {
     for (const auto& s : servers) map.servers.push_back(info(*s));
     for (const auto& w : workers) map.workers.push_back(info(*w));
     map.tables = opt.tables;
+    map.resume_dir = resume_dir;
     proto::Envelope m;
     to_proto(map, m.mutable_cluster_map());
     for (const auto& s : servers) s->channel->send(m);
@@ -415,6 +434,12 @@ struct Scheduler::Impl {
     d->set_host(c.host);
     d->set_reason(reason.substr(0, kMaxReasonBytes));
     for_each_live([&](const Conn& n) { n.channel->send(m); });
+    if (c.role == Role::kWorker && !c.done && opt.on_worker_failure == SchedulerOptions::OnWorkerFailure::kFail) {
+      const std::string text = c.describe() + " died before it was done (" + reason +
+                               "); the job stops (--on-worker-failure fail)";
+      finish(make_error(proto::ERROR_NODE_FAILED, text), text, text);
+      return;
+    }
     check_barriers();
     maybe_shutdown();
   }
@@ -599,6 +624,16 @@ SchedulerStats Scheduler::stats() const {
                         .refused_full = c.refused_full,
                         .auth_timeouts = c.auth_timeouts,
                         .dead_nodes = c.dead_nodes};
+}
+
+}  // namespace parafab::ps
+
+namespace parafab::ps {
+
+SchedulerOptions::OnWorkerFailure parse_worker_failure_policy(const std::string& text) {
+  if (text == "fail") return SchedulerOptions::OnWorkerFailure::kFail;
+  if (text == "continue") return SchedulerOptions::OnWorkerFailure::kContinue;
+  throw std::invalid_argument("--on-worker-failure: '" + text + "' is not fail or continue");
 }
 
 }  // namespace parafab::ps

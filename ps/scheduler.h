@@ -48,7 +48,14 @@ struct SchedulerOptions {
   // A connection that has not registered within this is closed.
   std::chrono::milliseconds auth_timeout{10000};
   size_t max_frame_bytes = 64u << 20;
+  // A worker that dies before it is done: kFail ends the job (every node
+  // gets an error naming it, run() throws); kContinue lets the others go on
+  // (it leaves barriers and the servers' SSP minimum).
+  enum class OnWorkerFailure { kFail, kContinue } on_worker_failure = OnWorkerFailure::kFail;
 };
+
+// "fail" or "continue"; throws std::invalid_argument naming the text.
+SchedulerOptions::OnWorkerFailure parse_worker_failure_policy(const std::string& text);
 
 // run() failed: join timeout, or the listening socket broke.
 class SchedulerError : public std::runtime_error {

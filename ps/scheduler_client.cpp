@@ -146,7 +146,8 @@ struct SchedulerClient::Impl {
           std::lock_guard lock(mu);
           joined = phase == Phase::kJoined;
         }
-        if (!joined || m.error().code() == proto::ERROR_JOIN_TIMEOUT || m.error().code() == proto::ERROR_STOPPED) {
+        if (!joined || m.error().code() == proto::ERROR_JOIN_TIMEOUT || m.error().code() == proto::ERROR_STOPPED ||
+            m.error().code() == proto::ERROR_NODE_FAILED) {
           fail("scheduler at " + address + ": " + text);
         } else {
           spdlog::warn("scheduler client: scheduler at {} reports an error: {}", address, text);
@@ -202,6 +203,7 @@ struct SchedulerClient::Impl {
       r->set_client_nonce(client_nonce);
       if (opt.requested_role_rank) r->set_requested_role_rank_plus_one(*opt.requested_role_rank + 1);
       for (const TableSchema& t : opt.tables) to_proto(t, r->add_tables());
+      r->set_resume_dir(opt.resume_dir);
       const Mac mac = hmac_sha256(*opt.token, register_mac_input(job_id, nonce, *r));
       r->set_mac(reinterpret_cast<const char*>(mac.data()), mac.size());
       ch = channel;

@@ -44,6 +44,8 @@ struct SchedulerClientOptions {
   std::optional<uint32_t> requested_role_rank;
   // Workers: the tables the job needs (used when the scheduler has none).
   std::vector<TableSchema> tables;
+  // Workers: resume the job from the checkpoint set in this directory.
+  std::string resume_dir;
   // 0 disables heartbeats (a test seam: the scheduler then declares the
   // node dead after its heartbeat_timeout).
   std::chrono::milliseconds heartbeat_interval{1000};

@@ -1,5 +1,6 @@
 #include "ps/server.h"
 
+#include <chrono>
 #include <cstring>
 
 namespace parafab::ps {
@@ -58,8 +59,107 @@ void Server::serve(const std::atomic<bool>& stop) {
       dead.swap(dead_pending_);
     }
     for (uint32_t w : dead) remove_worker(w);
+    checkpoint_if_due();
   }
   reap_replies(true);
+  if (!options_.checkpoint_path.empty()) write_checkpoint_now();
+}
+
+void Server::checkpoint_if_due() {
+  if (options_.checkpoint_path.empty()) return;
+  const bool by_time = options_.checkpoint_interval.count() > 0 &&
+                       std::chrono::steady_clock::now() - last_checkpoint_ >= options_.checkpoint_interval;
+  const bool by_clocks = options_.checkpoint_clocks > 0 &&
+                         clocks_.min_clock() - last_checkpoint_clock_ >= options_.checkpoint_clocks;
+  if (by_time || by_clocks) write_checkpoint_now();
+}
+
+void Server::write_checkpoint_now() {
+  const auto t0 = std::chrono::steady_clock::now();
+  ShardCheckpoint c = checkpoint();
+  stats_.checkpoint_bytes = write_checkpoint(options_.checkpoint_path, c);
+  ++stats_.checkpoints;
+  last_checkpoint_ = std::chrono::steady_clock::now();
+  last_checkpoint_clock_ = clocks_.min_clock();
+  stats_.checkpoint_seconds = std::chrono::duration<double>(last_checkpoint_ - t0).count();
+}
+
+ShardCheckpoint Server::checkpoint() const {
+  ShardCheckpoint c;
+  c.server_index = index_;
+  c.num_servers = map_.num_servers();
+  c.job_fingerprint = checkpoint_fingerprint(map_.tables);
+  c.min_clock = clocks_.min_clock();
+  c.written_unix_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  for (uint32_t w = 0; w < clocks_.workers(); ++w) c.worker_clocks.push_back(clocks_.clock(w));
+  for (const auto& [id, t] : sparse_) {
+    ShardCheckpoint::Sparse s;
+    s.id = id;
+    s.width = t->schema().width;
+    s.state_floats = static_cast<uint32_t>(t->state_floats());
+    s.keys.reserve(t->size());
+    s.data.reserve(t->size() * (s.width + s.state_floats));
+    t->for_each([&](uint64_t key, const float* value, const float* state) {
+      s.keys.push_back(key);
+      s.data.insert(s.data.end(), value, value + s.width);
+      s.data.insert(s.data.end(), state, state + s.state_floats);
+    });
+    c.sparse.push_back(std::move(s));
+  }
+  for (const auto& [id, t] : dense_) {
+    ShardCheckpoint::Dense d;
+    d.id = id;
+    d.width = t->schema().width;
+    d.begin_row = t->begin_row();
+    d.end_row = t->end_row();
+    t->snapshot(d.values, d.state);
+    c.dense.push_back(std::move(d));
+  }
+  return c;
+}
+
+void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t clock) {
+  auto refuse = [&](const std::string& why) { throw CheckpointError(path + ": " + why); };
+  if (c.server_index != index_ || c.num_servers != map_.num_servers()) {
+    refuse("holds server " + std::to_string(c.server_index) + " of " + std::to_string(c.num_servers) + ", not " +
+           std::to_string(index_) + " of " + std::to_string(map_.num_servers()));
+  }
+  if (c.job_fingerprint != checkpoint_fingerprint(map_.tables)) {
+    refuse("was written for other tables than this job's (ids, widths, rows, updaters or initialisers differ)");
+  }
+  if (c.worker_clocks.size() != clocks_.workers()) {
+    refuse("has the clocks of " + std::to_string(c.worker_clocks.size()) + " workers; this job has " +
+           std::to_string(clocks_.workers()));
+  }
+  if (c.sparse.size() != sparse_.size() || c.dense.size() != dense_.size()) refuse("holds other tables than this shard");
+  for (const ShardCheckpoint::Sparse& s : c.sparse) {
+    SparseTable* t = sparse_table(s.id);
+    if (t == nullptr || s.width != t->schema().width || s.state_floats != t->state_floats()) {
+      refuse("sparse table " + std::to_string(s.id) + " does not fit this job's");
+    }
+    const size_t stride = s.width + s.state_floats;
+    for (size_t k = 0; k < s.keys.size(); ++k) {
+      if (!range_.contains(mix64(s.keys[k]))) refuse("key " + std::to_string(s.keys[k]) + " is not this server's");
+      t->restore(s.keys[k], s.data.data() + k * stride, s.data.data() + k * stride + s.width);
+    }
+  }
+  for (const ShardCheckpoint::Dense& d : c.dense) {
+    DenseTable* t = dense_table(d.id);
+    if (t == nullptr || d.begin_row != t->begin_row() || d.end_row != t->end_row()) {
+      refuse("dense table " + std::to_string(d.id) + " does not fit this shard's rows");
+    }
+    try {
+      t->restore(d.values, d.state);
+    } catch (const std::invalid_argument& e) {
+      refuse(e.what());
+    }
+  }
+  if (clock > 0) {
+    for (uint32_t w = 0; w < clocks_.workers(); ++w) (void)clocks_.tick(w, clock);
+  }
+  last_checkpoint_clock_ = clocks_.min_clock();
 }
 
 void Server::handle(const rdma::Message& message) {

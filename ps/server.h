@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/checkpoint.h"
 #include "ps/cluster_map.h"
 #include "ps/consistency.h"
 #include "ps/dense_table.h"
@@ -39,6 +40,13 @@ struct ServerOptions {
   ConsistencyModel consistency;  // BSP by default
   WireLimits limits;
   std::chrono::milliseconds poll{50};  // how often serve() looks at `stop`
+  // Checkpoints (ps/checkpoint.h) to this file, when not empty: every
+  // checkpoint_interval (0: not by time) and whenever the minimum worker
+  // clock has advanced checkpoint_clocks since the last (0: not by clocks),
+  // and once more when serve() stops.
+  std::string checkpoint_path;
+  std::chrono::milliseconds checkpoint_interval{0};
+  int64_t checkpoint_clocks = 0;
 };
 
 struct ServerStats {
@@ -49,6 +57,9 @@ struct ServerStats {
   uint64_t parked = 0;              // pulls parked by the SSP bound, in all
   uint64_t parked_now = 0;
   uint64_t reply_failures = 0;      // replies the transport could not deliver
+  uint64_t checkpoints = 0;         // written
+  uint64_t checkpoint_bytes = 0;    // of the last one
+  double checkpoint_seconds = 0;    // the last one took (serving paused meanwhile)
   StalenessHistogram staleness;
   std::string last_error;           // the last bad message's reason, with its sender
 };
@@ -65,6 +76,17 @@ class Server {
   void remove_worker(uint32_t worker_index);
   // The same from any other thread (the scheduler client's): applied by serve().
   void remove_worker_later(uint32_t worker_index);
+
+  // This server's shards and the workers' clocks, now (on the serving
+  // thread, or before serve()).
+  ShardCheckpoint checkpoint() const;
+  // Puts a checkpoint's shards back, before serve(), and sets every
+  // worker's clock to `clock` (the set's, where the resumed workers start).
+  // Throws CheckpointError naming `path` when it is not this server's shard
+  // of this job's tables.
+  void restore(const ShardCheckpoint& c, const std::string& path, int64_t clock);
+  // Writes checkpoint() to options.checkpoint_path now.
+  void write_checkpoint_now();
 
   ServerStats stats() const { return stats_; }
   const ClockTable& clocks() const { return clocks_; }
@@ -86,6 +108,7 @@ class Server {
   void reply_header(uint32_t to, const WireHeader& request, Op op);
   void reply_error(uint32_t to, uint64_t request_id, const std::string& what);
   void reap_replies(bool all);
+  void checkpoint_if_due();
   // Checks table, kind and sizes; returns an error text or "".
   std::string check_request(const rdma::Message& message, const DecodedMessage& d) const;
 
@@ -103,6 +126,8 @@ class Server {
   // Replies in flight: the transport reads their bytes until the send completes.
   std::deque<std::pair<std::future<rdma::Status>, rdma::ByteBuffer>> in_flight_;
   ServerStats stats_;
+  std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
+  int64_t last_checkpoint_clock_ = 0;
   std::mutex dead_mu_;
   std::vector<uint32_t> dead_pending_;
 };

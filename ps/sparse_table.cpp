@@ -457,4 +457,30 @@ void SparseTable::for_each(
   }
 }
 
+void SparseTable::restore(uint64_t key, const float* value, const float* state) {
+  const uint64_t m = mix64(key);
+  SubShard& s = shards_[sub_shard_of(m, sub_shard_count_)];
+  std::lock_guard<std::mutex> lock(s.mu);
+  float* slot = nullptr;
+  if (key == kEmptyKey) {
+    s.side.assign(stride_, 0.0f);
+    s.side_used = true;
+    slot = s.side.data();
+  } else {
+    if (s.capacity == 0 || s.size + 1 > s.grow_at) grow_to(s, capacity_for(s.size + 1));
+    uint64_t* ks = s.keys.data();
+    uint64_t pos = home_slot(m, s.capacity);
+    while (ks[pos] != kEmptyKey && ks[pos] != key) {
+      if (++pos == s.capacity) pos = 0;
+    }
+    if (ks[pos] == kEmptyKey) {
+      ks[pos] = key;
+      ++s.size;
+    }
+    slot = s.data.data() + pos * stride_;
+  }
+  std::copy(value, value + width_, slot);
+  std::copy(state, state + state_floats_, slot + width_);
+}
+
 }  // namespace parafab::ps

@@ -91,6 +91,11 @@ class SparseTable {
   // taken while pushes run is consistent per key, not across keys).
   void for_each(const std::function<void(uint64_t key, const float* value, const float* state)>& visit) const;
 
+  // Sets key's value (width floats) and state (state_floats_per_key floats),
+  // inserting it if absent: a checkpoint's contents going back in.
+  void restore(uint64_t key, const float* value, const float* state);
+  size_t state_floats() const { return state_floats_; }
+
  private:
   struct SubShard;
   template <int kMode>

@@ -101,8 +101,9 @@ std::optional<std::string> decode_message(std::span<const std::byte> bytes, cons
            std::to_string(limits.max_payload_bytes);
   }
   const uint64_t body = bytes.size() - kWireHeaderBytes;
-  // key_count <= max_keys < 2^61 and payload <= 2^62: no overflow below.
-  if (h.key_count * 8 + h.payload_bytes != body) {
+  // Divide, never multiply: the limits are the receiver's to choose (up to
+  // no limit at all), so key_count * 8 could wrap to a size that fits.
+  if (h.key_count > body / 8 || h.payload_bytes != body - h.key_count * 8) {
     return "header announces " + std::to_string(h.key_count) + " keys and " + std::to_string(h.payload_bytes) +
            " payload bytes, but the message carries " + std::to_string(body) + " bytes after the header";
   }

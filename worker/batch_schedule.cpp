@@ -18,6 +18,22 @@ BatchShare batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uin
   return s;
 }
 
+BatchShare live_batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers,
+                            const LiveWorkers& live) {
+  if (!live) return batch_share(n_rows, batch_rows, index, workers);
+  const std::vector<uint32_t> alive = live();
+  const auto at = std::find(alive.begin(), alive.end(), index);
+  if (at == alive.end()) return batch_share(n_rows, batch_rows, index, workers);
+  return batch_share(n_rows, batch_rows, static_cast<uint32_t>(at - alive.begin()),
+                     static_cast<uint32_t>(alive.size()));
+}
+
+uint64_t skip_in_epoch(uint64_t* skip_clocks, uint64_t clocks_per_epoch) {
+  const uint64_t n = std::min(*skip_clocks, clocks_per_epoch);
+  *skip_clocks -= n;
+  return n;
+}
+
 std::vector<uint64_t> epoch_order(const std::vector<uint64_t>& batches, bool shuffle, uint64_t seed, int epoch,
                                   uint32_t index) {
   std::vector<uint64_t> order = batches;
@@ -37,6 +53,11 @@ ProgressReporter::ProgressReporter(std::function<void(const TrainProgress&)> on_
 void ProgressReporter::start_epoch(int epoch) {
   epoch_ = epoch;
   epoch_start_ = Clock::now();
+}
+
+void ProgressReporter::start_epoch(int epoch, uint64_t epoch_examples) {
+  epoch_examples_ = epoch_examples;
+  start_epoch(epoch);
 }
 
 void ProgressReporter::update(uint64_t seen, double loss_sum, bool epoch_done) {

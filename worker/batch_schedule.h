@@ -33,6 +33,21 @@ struct BatchShare {
 // worker takes the batches whose index modulo workers is its index.
 BatchShare batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers);
 
+// The job's live workers, ascending (one declared dead is left out); a null
+// function: all of them, always.
+using LiveWorkers = std::function<std::vector<uint32_t>()>;
+
+// The share of worker `index` among the live workers: its position among
+// them and their count take the place of index and workers, so when a
+// worker has died the survivors divide every batch again (the trainers ask
+// at each epoch's start). A worker not in the list keeps its own share.
+BatchShare live_batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers,
+                            const LiveWorkers& live);
+
+// Resuming: of an epoch of `clocks_per_epoch` clocks, how many to skip, and
+// what is left to skip after it (*skip_clocks is decreased).
+uint64_t skip_in_epoch(uint64_t* skip_clocks, uint64_t clocks_per_epoch);
+
 // The share's order in `epoch` (1-based): as given in epoch 1 or without
 // shuffle, else a Fisher-Yates shuffle from a counter-based stream of (seed,
 // epoch, index), the same on every machine.
@@ -44,7 +59,9 @@ std::vector<uint64_t> epoch_order(const std::vector<uint64_t>& batches, bool shu
 class ProgressReporter {
  public:
   ProgressReporter(std::function<void(const TrainProgress&)> on_progress, double seconds, uint64_t epoch_examples);
+  // epoch_examples: this epoch's examples, when the share changed.
   void start_epoch(int epoch);
+  void start_epoch(int epoch, uint64_t epoch_examples);
   // seen: examples so far this epoch; loss_sum: their summed progressive loss.
   void update(uint64_t seen, double loss_sum, bool epoch_done);
 

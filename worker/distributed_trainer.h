@@ -19,6 +19,7 @@
 #include <functional>
 #include <vector>
 
+#include "worker/batch_schedule.h"
 #include "worker/kv_client.h"
 #include "worker/linear_model_file.h"
 #include "worker/local_trainer.h"
@@ -36,6 +37,12 @@ struct DistributedTrainOptions {
   bool shuffle = true;
   bool pull_ahead = true;
   double progress_seconds = 1.0;
+  // A job's live workers: at each epoch's start the survivors of a dead
+  // worker take over its batches (worker/batch_schedule.h). Null: fixed shares.
+  LiveWorkers live_workers;
+  // A resumed job (train --resume): the first skip_clocks clocks of the
+  // run, with their batches, were done before the checkpoint; skip them.
+  uint64_t skip_clocks = 0;
 };
 
 class DistributedTrainer {
@@ -52,12 +59,15 @@ class DistributedTrainer {
 
   // Every slot's weight (bias last) as the servers hold it now.
   LinearModel pull_model();
+  // Examples trained on so far (every epoch's).
+  uint64_t examples() const { return examples_; }
 
  private:
   KvClient& kv_;
   SlotMap map_;
   DistributedTrainOptions options_;
   uint32_t index_, workers_;
+  uint64_t examples_ = 0;
 };
 
 }  // namespace parafab::worker

@@ -80,6 +80,9 @@ class KvClient {
   static constexpr int64_t kFinishedClock = int64_t{1} << 60;
 
   int64_t current_clock() const { return clock_.load(); }
+  // A resumed job: this worker's clock continues from `clock` (the
+  // checkpoint set's). Before the first request.
+  void start_at_clock(int64_t clock) { clock_.store(clock); }
   uint32_t rank() const { return map_.worker_rank(worker_index_); }
   KvClientStats stats() const;
   // Attempts of dense_read that met a concurrent push and were retried.

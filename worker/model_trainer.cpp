@@ -223,14 +223,17 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
                                         const std::function<void(const TrainProgress&)>& on_progress) {
   const uint64_t n = data.rows();
   const uint64_t batch = options_.batch_rows;
-  const BatchShare share = batch_share(n, batch, index_, workers_);
-  ProgressReporter report(on_progress, options_.progress_seconds, share.rows);
+  ProgressReporter report(on_progress, options_.progress_seconds, 0);
   std::vector<double> losses;
   uint64_t batches_done = 0;
+  uint64_t skip = options_.skip_clocks;
   const bool ahead = remote_ && options_.pull_ahead;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
-    const std::vector<uint64_t> order = epoch_order(share.batches, options_.shuffle, options_.seed, epoch, index_);
-    report.start_epoch(epoch);
+    const BatchShare share = live_batch_share(n, batch, index_, workers_, options_.live_workers);
+    std::vector<uint64_t> order = epoch_order(share.batches, options_.shuffle, options_.seed, epoch, index_);
+    const uint64_t skipped = skip_in_epoch(&skip, share.clocks_per_epoch);
+    order.erase(order.begin(), order.begin() + static_cast<ptrdiff_t>(std::min<uint64_t>(skipped, order.size())));
+    report.start_epoch(epoch, share.rows);
     double loss_sum = 0;
     uint64_t seen = 0;
     auto prepare = [&](size_t k, Batch& b, Params& p) {
@@ -254,6 +257,7 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
       }
       loss_sum += loss * static_cast<double>(cur.rows());
       seen += static_cast<uint64_t>(cur.rows());
+      examples_ += static_cast<uint64_t>(cur.rows());
       ++batches_done;
       if (options_.after_batch) options_.after_batch(batches_done);
       if (k + 1 < order.size()) {
@@ -271,7 +275,7 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
       report.update(seen, loss_sum, k + 1 == order.size());
     }
     // Equal clocks per epoch on every worker (BatchShare::clocks_per_epoch).
-    for (uint64_t k = order.size(); k < share.clocks_per_epoch; ++k) pushes.push_back(store_.clock());
+    for (uint64_t k = skipped + order.size(); k < share.clocks_per_epoch; ++k) pushes.push_back(store_.clock());
     for (auto& f : pushes) check(f.get(), "push");
     losses.push_back(seen ? loss_sum / static_cast<double>(seen) : 0);
   }

@@ -22,6 +22,7 @@
 
 #include "kernels/embedding.h"
 #include "worker/local_trainer.h"
+#include "worker/batch_schedule.h"
 #include "worker/model_file.h"
 #include "worker/model_spec.h"
 #include "worker/parameter_store.h"
@@ -39,6 +40,12 @@ struct ModelTrainOptions {
   double progress_seconds = 1.0;
   // Between batches, called with the batch count so far (tests slow a worker; metrics).
   std::function<void(uint64_t)> after_batch;
+  // A job's live workers: at each epoch's start the survivors of a dead
+  // worker take over its batches (worker/batch_schedule.h). Null: fixed shares.
+  LiveWorkers live_workers;
+  // A resumed job (train --resume): the first skip_clocks clocks of the
+  // run, with their batches, were done before the checkpoint; skip them.
+  uint64_t skip_clocks = 0;
 };
 
 struct StalenessStats {
@@ -65,6 +72,8 @@ class ModelTrainer {
   Evaluation evaluate(const ModelRows& data, std::vector<float>* probabilities = nullptr);
 
   const StalenessStats& staleness() const { return staleness_; }
+  // Examples trained on so far (every epoch's).
+  uint64_t examples() const { return examples_; }
 
   // The model as the store holds it now: every slot of `train` (and the fm
   // bias) with its values, and the MLP, for save_model_file. Against
@@ -90,6 +99,7 @@ class ModelTrainer {
   uint32_t index_, workers_;
   bool remote_;
   StalenessStats staleness_;
+  uint64_t examples_ = 0;
   double scale_sum_ = 0;
   uint64_t scale_count_ = 0;
 };

@@ -396,6 +396,7 @@ TEST(SchedulerTest, NodesOfAnotherJobCannotJoin) {
 TEST(SchedulerTest, SilentNodeIsReportedDeadToTheOthers) {
   SchedulerOptions o = scheduler_options(1, 2, "tok");
   o.heartbeat_timeout = 1500ms;
+  o.on_worker_failure = SchedulerOptions::OnWorkerFailure::kContinue;
   RunningScheduler sched(std::move(o));
   std::promise<std::pair<uint32_t, std::string>> seen_by_server, seen_by_worker;
   auto server_o = client_options(sched->port(), "tok", Role::kServer, 0, 1);
@@ -425,7 +426,9 @@ TEST(SchedulerTest, SilentNodeIsReportedDeadToTheOthers) {
 }
 
 TEST(SchedulerTest, ClosedConnectionCountsAsDeathAndUnblocksBarriers) {
-  RunningScheduler sched(scheduler_options(1, 2, "tok"));
+  SchedulerOptions o = scheduler_options(1, 2, "tok");
+  o.on_worker_failure = SchedulerOptions::OnWorkerFailure::kContinue;
+  RunningScheduler sched(std::move(o));
   std::promise<uint32_t> seen;
   auto server_o = client_options(sched->port(), "tok", Role::kServer, 0, 1);
   server_o.on_node_dead = [&](const NodeInfo& n, const std::string&) { seen.set_value(n.rank); };
@@ -448,6 +451,28 @@ TEST(SchedulerTest, ClosedConnectionCountsAsDeathAndUnblocksBarriers) {
   EXPECT_TRUE(clients[0]->wait_for_shutdown(kWait));
   EXPECT_TRUE(clients[1]->wait_for_shutdown(kWait));
   sched.finish();
+}
+
+// --on-worker-failure fail (the default): a worker that dies before it is
+// done stops the job; every node hears which worker, and run() throws it.
+TEST(SchedulerTest, DeadWorkerStopsTheJobUnderTheFailPolicy) {
+  RunningScheduler sched(scheduler_options(1, 2, "tok"));
+  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1),
+                           client_options(sched->port(), "tok", Role::kWorker, 0, 2),
+                           client_options(sched->port(), "tok", Role::kWorker, 1, 3)});
+  clients[2].reset();  // worker 1 goes away before it is done
+  for (int i = 0; i < 2; ++i) {
+    try {
+      (void)clients[i]->wait_for_shutdown(kWait);
+      ADD_FAILURE() << "node " << i << " was not told the job failed";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("worker 1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--on-worker-failure fail"), std::string::npos) << e.what();
+    }
+  }
+  ASSERT_EQ(sched.result().wait_for(kWait), std::future_status::ready);
+  EXPECT_THROW(sched.result().get(), SchedulerError);
+  EXPECT_THROW((void)parse_worker_failure_policy("sometimes"), std::invalid_argument);
 }
 
 TEST(SchedulerTest, StopBroadcastsShutdown) {

@@ -151,7 +151,7 @@ TEST_P(SparseExact, MatchesApplyUpdateOnPlainArrays) {
   }
   // State too, through for_each.
   size_t visited = 0;
-  table.for_each([&](uint64_t key, const float* value, const float* state) {
+  table.for_each([&, width = width](uint64_t key, const float* value, const float* state) {
     ++visited;
     auto it = ref.rows.find(key);
     ASSERT_NE(it, ref.rows.end()) << key;

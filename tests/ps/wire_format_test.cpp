@@ -95,6 +95,25 @@ TEST(WireFormat, MalformedMessagesAreRefusedWithAReason) {
   }
 }
 
+// Found by tests/fuzz (wire_message): with no key limit, 2^61 keys are
+// 2^64 bytes, which wrapped to 0 and passed for an empty body.
+TEST(WireFormat, AKeyCountWhoseSizeWrapsIsRefusedWithoutLimits) {
+  const WireLimits none{~uint64_t{0}, ~uint64_t{0}};
+  for (const uint64_t key_count : {uint64_t{1} << 61, (uint64_t{1} << 61) + 1, ~uint64_t{0}}) {
+    for (const uint64_t payload : {uint64_t{0}, uint64_t{8}, ~uint64_t{0} - 7}) {
+      std::vector<std::byte> bytes(kWireHeaderBytes + 8);
+      encode_header(WireHeader{.op = Op::kPush, .key_count = key_count, .payload_bytes = payload}, bytes.data());
+      for (const size_t size : {kWireHeaderBytes, kWireHeaderBytes + 8}) {
+        const auto buf = as_received(std::vector<std::byte>(bytes.begin(), bytes.begin() + static_cast<long>(size)));
+        DecodedMessage d;
+        const auto err = decode_message(buf, none, d);
+        ASSERT_TRUE(err) << key_count << " keys, " << payload << " payload bytes in " << size << " bytes accepted";
+        EXPECT_NE(err->find("carries"), std::string::npos) << *err;
+      }
+    }
+  }
+}
+
 TEST(WireFormat, RandomBytesNeverCrashTheDecoder) {
   std::mt19937_64 rng(42);
   size_t accepted = 0;

@@ -1,0 +1,271 @@
+#include "ps/checkpoint.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string_view>
+
+#include "ps/atomic_file.h"
+
+namespace parafab::ps {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'F', 'C', 'K', 'P', 'T', '0', '1'};
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t server_index;
+  uint32_t num_servers;
+  uint32_t num_workers;
+  uint64_t job_fingerprint;
+  int64_t min_clock;
+  uint64_t written_unix_ms;
+  uint64_t payload_bytes;
+  uint64_t payload_hash;
+  uint64_t reserved;
+  uint64_t header_hash;  // of every byte before it
+};
+static_assert(sizeof(Header) == 80);
+
+uint64_t header_hash(const Header& h) { return XXH64(&h, offsetof(Header, header_hash), 0); }
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <typename T>
+void put_array(std::string& out, const std::vector<T>& v) {
+  put<uint64_t>(out, v.size());
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// Reads the payload; every read is checked against what is left, so a
+// hostile size cannot read past the end or allocate more than the file holds.
+class Cursor {
+ public:
+  Cursor(std::string_view bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+  template <typename T>
+  T get(const char* what) {
+    T v;
+    need(sizeof v, what);
+    std::memcpy(&v, bytes_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  template <typename T>
+  std::vector<T> get_array(const char* what) {
+    const uint64_t n = get<uint64_t>(what);
+    if (n > (bytes_.size() - at_) / sizeof(T)) {
+      throw CheckpointError(path_ + ": checkpoint is inconsistent: " + what + " says " + std::to_string(n) +
+                            " entries, more than the file holds");
+    }
+    std::vector<T> v(n);
+    std::memcpy(v.data(), bytes_.data() + at_, n * sizeof(T));
+    at_ += n * sizeof(T);
+    return v;
+  }
+  bool done() const { return at_ == bytes_.size(); }
+
+ private:
+  void need(size_t n, const char* what) const {
+    if (bytes_.size() - at_ < n) throw CheckpointError(path_ + ": checkpoint cut short in " + what);
+  }
+  std::string_view bytes_;
+  const std::string& path_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+uint64_t checkpoint_fingerprint(const std::vector<TableSchema>& tables) {
+  std::string text;
+  for (const TableSchema& t : tables) {
+    text += std::to_string(t.id) + ";" + std::to_string(static_cast<int>(t.kind)) + ";" + std::to_string(t.width) +
+            ";" + std::to_string(t.rows) + ";" + std::to_string(static_cast<int>(t.init.kind)) + ";" +
+            std::to_string(t.init.stddev) + ";" + std::to_string(t.init.seed) + ";" + to_string(t.updater) + "\n";
+  }
+  return XXH64(text.data(), text.size(), 0x70666b6370ULL);
+}
+
+std::string checkpoint_path(const std::string& dir, uint32_t server_index, uint32_t num_servers) {
+  return (std::filesystem::path(dir) /
+          ("server-" + std::to_string(server_index) + "-of-" + std::to_string(num_servers) + ".ckpt"))
+      .string();
+}
+
+uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c) {
+  std::string payload;
+  put_array(payload, c.worker_clocks);
+  put<uint32_t>(payload, static_cast<uint32_t>(c.sparse.size()));
+  for (const ShardCheckpoint::Sparse& t : c.sparse) {
+    put(payload, t.id);
+    put(payload, t.width);
+    put(payload, t.state_floats);
+    put_array(payload, t.keys);
+    put_array(payload, t.data);
+  }
+  put<uint32_t>(payload, static_cast<uint32_t>(c.dense.size()));
+  for (const ShardCheckpoint::Dense& t : c.dense) {
+    put(payload, t.id);
+    put(payload, t.width);
+    put(payload, t.begin_row);
+    put(payload, t.end_row);
+    put_array(payload, t.values);
+    put_array(payload, t.state);
+  }
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kCheckpointVersion;
+  h.server_index = c.server_index;
+  h.num_servers = c.num_servers;
+  h.num_workers = static_cast<uint32_t>(c.worker_clocks.size());
+  h.job_fingerprint = c.job_fingerprint;
+  h.min_clock = c.min_clock;
+  h.written_unix_ms = c.written_unix_ms;
+  h.payload_bytes = payload.size();
+  h.payload_hash = XXH64(payload.data(), payload.size(), 0);
+  h.header_hash = header_hash(h);
+  // The previous checkpoint stays as PATH.prev: if this server dies before
+  // the others have written theirs of the same clock, the set can still
+  // meet at the older one.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) std::filesystem::rename(path, path + ".prev", ec);
+  write_file_atomically(path, {std::string_view(reinterpret_cast<const char*>(&h), sizeof h), payload});
+  return sizeof h + payload.size();
+}
+
+ShardCheckpoint read_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": cannot open checkpoint: " + std::strerror(errno));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  if (bytes.size() < sizeof(Header)) throw CheckpointError(path + ": truncated checkpoint (header cut short)");
+  Header h{};
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw CheckpointError(path + ": not a parafab checkpoint (bad magic)");
+  if (h.header_hash != header_hash(h)) throw CheckpointError(path + ": checkpoint header checksum mismatch (corrupt)");
+  if (h.version != kCheckpointVersion) {
+    throw CheckpointError(path + ": checkpoint version " + std::to_string(h.version) + " is not supported (this build reads " +
+                          std::to_string(kCheckpointVersion) + ")");
+  }
+  if (bytes.size() - sizeof h != h.payload_bytes) {
+    throw CheckpointError(path + ": checkpoint has " + std::to_string(bytes.size() - sizeof h) +
+                          " payload bytes, its header says " + std::to_string(h.payload_bytes) + " (truncated or padded)");
+  }
+  const std::string_view payload(bytes.data() + sizeof h, h.payload_bytes);
+  if (XXH64(payload.data(), payload.size(), 0) != h.payload_hash) {
+    throw CheckpointError(path + ": checkpoint payload checksum mismatch (corrupt)");
+  }
+  ShardCheckpoint c;
+  c.server_index = h.server_index;
+  c.num_servers = h.num_servers;
+  c.job_fingerprint = h.job_fingerprint;
+  c.min_clock = h.min_clock;
+  c.written_unix_ms = h.written_unix_ms;
+  c.bytes = bytes.size();
+  Cursor r(payload, path);
+  c.worker_clocks = r.get_array<int64_t>("worker clocks");
+  if (c.worker_clocks.size() != h.num_workers) throw CheckpointError(path + ": checkpoint is inconsistent: worker count");
+  const uint32_t n_sparse = r.get<uint32_t>("sparse table count");
+  for (uint32_t i = 0; i < n_sparse; ++i) {
+    ShardCheckpoint::Sparse t;
+    t.id = r.get<uint32_t>("table id");
+    t.width = r.get<uint32_t>("width");
+    t.state_floats = r.get<uint32_t>("state floats");
+    t.keys = r.get_array<uint64_t>("keys");
+    t.data = r.get_array<float>("values");
+    if (t.data.size() != t.keys.size() * (static_cast<uint64_t>(t.width) + t.state_floats)) {
+      throw CheckpointError(path + ": checkpoint is inconsistent: table " + std::to_string(t.id) + " has " +
+                            std::to_string(t.data.size()) + " floats for " + std::to_string(t.keys.size()) + " keys");
+    }
+    c.sparse.push_back(std::move(t));
+  }
+  const uint32_t n_dense = r.get<uint32_t>("dense table count");
+  for (uint32_t i = 0; i < n_dense; ++i) {
+    ShardCheckpoint::Dense t;
+    t.id = r.get<uint32_t>("table id");
+    t.width = r.get<uint32_t>("width");
+    t.begin_row = r.get<uint64_t>("begin row");
+    t.end_row = r.get<uint64_t>("end row");
+    t.values = r.get_array<float>("values");
+    t.state = r.get_array<float>("state");
+    c.dense.push_back(std::move(t));
+  }
+  if (!r.done()) throw CheckpointError(path + ": checkpoint has bytes after its last table");
+  return c;
+}
+
+CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers) {
+  // Each server's usable checkpoints: the newest and the one before it.
+  std::vector<std::vector<std::pair<std::string, ShardCheckpoint>>> candidates(num_servers);
+  std::vector<std::string> refused;
+  for (uint32_t i = 0; i < num_servers; ++i) {
+    const std::string path = checkpoint_path(dir, i, num_servers);
+    std::string first_error;
+    for (const std::string& p : {path, path + ".prev"}) {
+      if (!std::filesystem::exists(p)) continue;
+      try {
+        ShardCheckpoint c = read_checkpoint(p);
+        if (c.server_index != i || c.num_servers != num_servers) {
+          throw CheckpointError(p + ": holds server " + std::to_string(c.server_index) + " of " +
+                                std::to_string(c.num_servers) + ", not " + std::to_string(i) + " of " +
+                                std::to_string(num_servers));
+        }
+        candidates[i].emplace_back(p, std::move(c));
+      } catch (const CheckpointError& e) {
+        if (first_error.empty()) first_error = e.what();
+        refused.push_back(e.what());
+      }
+    }
+    if (candidates[i].empty()) {
+      throw CheckpointError(first_error.empty() ? path + ": no checkpoint of server " + std::to_string(i) + " of " +
+                                                      std::to_string(num_servers) + " (the set in " + dir +
+                                                      " is incomplete)"
+                                                : first_error);
+    }
+  }
+  const uint64_t fingerprint = candidates[0].front().second.job_fingerprint;
+  for (uint32_t i = 1; i < num_servers; ++i) {
+    for (const auto& [p, c] : candidates[i]) {
+      if (c.job_fingerprint != fingerprint) {
+        throw CheckpointError(p + ": is of another job's tables than " + candidates[0].front().first);
+      }
+    }
+  }
+  CheckpointSet set;
+  set.job_fingerprint = fingerprint;
+  set.refused = std::move(refused);
+  // The newest clock every server has a checkpoint of; else each server's
+  // newest, meeting at the smallest of their clocks.
+  int64_t best = -1;
+  for (const auto& [p, c] : candidates[0]) {
+    bool everywhere = true;
+    for (uint32_t i = 1; i < num_servers && everywhere; ++i) {
+      everywhere = std::any_of(candidates[i].begin(), candidates[i].end(),
+                               [clock = c.min_clock](const auto& pc) { return pc.second.min_clock == clock; });
+    }
+    if (everywhere) best = std::max(best, c.min_clock);
+  }
+  set.clock = std::numeric_limits<int64_t>::max();
+  for (uint32_t i = 0; i < num_servers; ++i) {
+    const auto* pick = &candidates[i].front();
+    if (best >= 0) {
+      for (const auto& pc : candidates[i]) {
+        if (pc.second.min_clock == best) pick = &pc;
+      }
+    }
+    set.paths.push_back(pick->first);
+    set.clock = std::min(set.clock, pick->second.min_clock);
+  }
+  set.clock = std::min(set.clock, kMaxResumeClock);
+  return set;
+}
+
+}  // namespace parafab::ps

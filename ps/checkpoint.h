@@ -1,0 +1,91 @@
+// A server's checkpoint: its shard of every table with the optimizer state,
+// and the workers' clocks, as of one point in the server's message order
+// (the server writes it on its serving thread, between two messages, so no
+// push is half in it).
+//
+//   ps::write_checkpoint(ps::checkpoint_path(dir, 0, 2), server.checkpoint());
+//   ps::ShardCheckpoint c = ps::read_checkpoint(path);   // throws CheckpointError
+//   ps::CheckpointSet set = ps::find_checkpoint_set(dir, /*servers=*/2);
+//
+// File (little-endian): a 80-byte header (magic "PFCKPT01", version,
+// server index, servers, workers, job fingerprint, the server's minimum
+// worker clock, the wall time written, payload size, xxHash64 of the
+// payload and of the header), then the workers' clocks and, per table, its
+// id, kind, width, state floats, and either the keys with their values and
+// state (sparse) or the shard's rows, values and state (dense). Written
+// with write_file_atomically: a crash leaves the previous checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ps/table_schema.h"
+
+namespace parafab::ps {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+// A checkpoint that cannot be used; what() names the file and what is wrong.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ShardCheckpoint {
+  uint32_t server_index = 0, num_servers = 1;
+  uint64_t job_fingerprint = 0;  // checkpoint_fingerprint of the job's tables
+  int64_t min_clock = 0;         // the server's minimum worker clock
+  uint64_t written_unix_ms = 0;
+  std::vector<int64_t> worker_clocks;  // by worker index
+  struct Sparse {
+    uint32_t id = 0, width = 0, state_floats = 0;
+    std::vector<uint64_t> keys;
+    std::vector<float> data;  // per key: width values, then state_floats state
+  };
+  struct Dense {
+    uint32_t id = 0, width = 0;
+    uint64_t begin_row = 0, end_row = 0;
+    std::vector<float> values, state;
+  };
+  std::vector<Sparse> sparse;
+  std::vector<Dense> dense;
+  uint64_t bytes = 0;  // of the file, once written or read
+};
+
+// Of everything a checkpoint's contents depend on: ids, kinds, widths,
+// rows, updaters and initialisers. A checkpoint only goes back into the job
+// of the same tables.
+uint64_t checkpoint_fingerprint(const std::vector<TableSchema>& tables);
+
+// DIR/server-I-of-S.ckpt
+std::string checkpoint_path(const std::string& dir, uint32_t server_index, uint32_t num_servers);
+
+// Returns the file's size. Throws std::runtime_error naming the file.
+uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c);
+// Throws CheckpointError naming the path: missing, truncated, bad magic,
+// unsupported version, checksum mismatch, inconsistent sizes.
+ShardCheckpoint read_checkpoint(const std::string& path);
+
+// The newest complete set in dir: one readable checkpoint per server of the
+// job (each server's newest or, its PATH.prev, the one before), all of one
+// job fingerprint, at the newest minimum clock all servers have one of;
+// when they have none in common, each server's newest. clock is the
+// smallest of their minimum clocks: every server's shard holds at least
+// the updates of every worker's first `clock` iterations (at most
+// kMaxResumeClock). A corrupt newest file falls back to the one before it.
+// A set's clock never reaches a finished worker's clock (2^60, see
+// worker::KvClient::finish): a job resumed from a finished one can still finish.
+inline constexpr int64_t kMaxResumeClock = (int64_t{1} << 60) - 1;
+
+struct CheckpointSet {
+  std::vector<std::string> paths;  // by server index
+  uint64_t job_fingerprint = 0;
+  int64_t clock = 0;
+  std::vector<std::string> refused;  // files passed over, each with why (corrupt, truncated, ...)
+};
+// Throws CheckpointError naming the missing or unusable file.
+CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers);
+
+}  // namespace parafab::ps

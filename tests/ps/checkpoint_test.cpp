@@ -1,0 +1,191 @@
+// Server checkpoints: a shard and its optimizer state go out and come back
+// exactly (the restored server then moves as the original does); damaged
+// files are refused with their path; a set meets at a clock every server
+// has; a checkpoint of other tables is refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "ps/checkpoint.h"
+#include "ps/server.h"
+#include "rdma/endpoint.h"
+#include "tests/common/temp_dir.h"
+
+namespace parafab::ps {
+namespace {
+
+ClusterMap one_server_map(UpdaterKind sparse_updater) {
+  ClusterMap map;
+  map.servers.push_back(NodeInfo{.role = Role::kServer, .rank = 0, .role_rank = 0, .host = "h"});
+  for (uint32_t w = 0; w < 2; ++w) map.workers.push_back(NodeInfo{.role = Role::kWorker, .rank = 1 + w, .role_rank = w, .host = "h"});
+  TableSchema sparse{.id = 0, .kind = TableKind::kSparse, .width = 3};
+  sparse.updater.kind = sparse_updater;
+  sparse.updater.learning_rate = 0.1f;
+  TableSchema dense{.id = 1, .kind = TableKind::kDense, .width = 4, .rows = 10};
+  dense.updater.kind = UpdaterKind::kAdam;
+  dense.updater.learning_rate = 0.01f;
+  map.tables = {sparse, dense};
+  return map;
+}
+
+rdma::EndpointOptions endpoint_options() {
+  rdma::EndpointOptions o;
+  o.provider = "tcp;ofi_rxm";
+  o.node = "127.0.0.1";
+  return o;
+}
+
+// The same pushes into a server's tables, from a seed.
+void push_some(Server& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 200; ++k) keys.push_back(k * 7919 + seed % 3);
+  std::vector<float> grads(keys.size() * 3);
+  for (float& v : grads) v = g(rng);
+  (void)s.sparse_table(0)->push(keys, grads.data());
+  std::vector<float> dg(10 * 4);
+  for (float& v : dg) v = g(rng);
+  (void)s.dense_table(1)->push(0, 10, dg.data());
+}
+
+std::vector<float> pull_all(Server& s) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 200; ++k) {
+    for (uint64_t r = 0; r < 3; ++r) keys.push_back(k * 7919 + r);
+  }
+  std::vector<float> out(keys.size() * 3 + 40);
+  s.sparse_table(0)->pull(keys, out.data());
+  s.dense_table(1)->pull(0, 10, out.data() + keys.size() * 3);
+  return out;
+}
+
+TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
+  testing::TempDir dir;
+  const ClusterMap map = one_server_map(UpdaterKind::kAdaGrad);
+  rdma::Endpoint ea(endpoint_options()), eb(endpoint_options());
+  Server a(ea, map, 0, {});
+  for (uint32_t i = 0; i < 5; ++i) push_some(a, i);
+  const std::string path = checkpoint_path(dir.path().string(), 0, 1);
+  const ShardCheckpoint written = a.checkpoint();
+  EXPECT_GT(write_checkpoint(path, written), 0u);
+  Server b(eb, map, 0, {});
+  b.restore(read_checkpoint(path), path, 7);
+  EXPECT_EQ(b.clocks().min_clock(), 7);
+  EXPECT_EQ(pull_all(a), pull_all(b));
+  // AdaGrad's accumulators and Adam's moments and step came back too: the
+  // same next pushes move both servers to the same values.
+  for (uint32_t i = 5; i < 8; ++i) {
+    push_some(a, i);
+    push_some(b, i);
+  }
+  EXPECT_EQ(pull_all(a), pull_all(b));
+  // A server that did not get the checkpoint differs (the check can fail).
+  rdma::Endpoint ec(endpoint_options());
+  Server c(ec, map, 0, {});
+  for (uint32_t i = 5; i < 8; ++i) push_some(c, i);
+  EXPECT_NE(pull_all(a), pull_all(c));
+}
+
+TEST(CheckpointTest, DamagedFilesAreRefusedWithTheirPath) {
+  testing::TempDir dir;
+  const ClusterMap map = one_server_map(UpdaterKind::kAdaGrad);
+  rdma::Endpoint ea(endpoint_options());
+  Server a(ea, map, 0, {});
+  push_some(a, 1);
+  const std::string path = checkpoint_path(dir.path().string(), 0, 1);
+  const uint64_t bytes = write_checkpoint(path, a.checkpoint());
+  auto expect_refused = [&](const std::string& p, const std::string& why) {
+    try {
+      (void)read_checkpoint(p);
+      ADD_FAILURE() << "accepted " << p << " (" << why << ")";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  const std::string flipped = path + ".flipped", cut = path + ".cut";
+  std::filesystem::copy_file(path, flipped);
+  {
+    std::fstream f(flipped, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(bytes - 5));
+    f.put('\x7f');
+  }
+  expect_refused(flipped, "checksum mismatch");
+  std::filesystem::copy_file(path, cut);
+  std::filesystem::resize_file(cut, bytes - 100);
+  expect_refused(cut, "truncated or padded");
+  std::filesystem::resize_file(cut, 30);
+  expect_refused(cut, "header cut short");
+  expect_refused(path + ".absent", "cannot open");
+
+  // The set passes over a corrupt newest file to the one before it, and says so.
+  push_some(a, 2);
+  (void)write_checkpoint(path, a.checkpoint());  // the first is now PATH.prev
+  std::filesystem::copy_file(flipped, path, std::filesystem::copy_options::overwrite_existing);
+  const CheckpointSet set = find_checkpoint_set(dir.path().string(), 1);
+  EXPECT_EQ(set.paths.at(0), path + ".prev");
+  ASSERT_EQ(set.refused.size(), 1u);
+  EXPECT_NE(set.refused[0].find(path), std::string::npos);
+  // Both damaged: refused, naming the file.
+  std::filesystem::copy_file(flipped, path + ".prev", std::filesystem::copy_options::overwrite_existing);
+  try {
+    (void)find_checkpoint_set(dir.path().string(), 1);
+    ADD_FAILURE() << "a set of corrupt files was accepted";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckpointTest, SetMeetsAtAClockEveryServerHasAndRefusesOtherTables) {
+  testing::TempDir dir;
+  const std::string d = dir.path().string();
+  ShardCheckpoint c;
+  c.num_servers = 2;
+  c.job_fingerprint = 42;
+  c.worker_clocks = {0, 0};
+  auto write_at = [&](uint32_t server, int64_t clock) {
+    c.server_index = server;
+    c.min_clock = clock;
+    (void)write_checkpoint(checkpoint_path(d, server, 2), c);
+  };
+  write_at(0, 10);
+  EXPECT_THROW((void)find_checkpoint_set(d, 2), CheckpointError);  // server 1 has none
+  write_at(1, 10);
+  write_at(0, 20);  // server 0 is ahead; its clock 10 is now its .prev
+  CheckpointSet set = find_checkpoint_set(d, 2);
+  EXPECT_EQ(set.clock, 10);
+  EXPECT_EQ(set.paths[0], checkpoint_path(d, 0, 2) + ".prev");
+  write_at(1, 20);
+  set = find_checkpoint_set(d, 2);
+  EXPECT_EQ(set.clock, 20);
+  EXPECT_EQ(set.paths[0], checkpoint_path(d, 0, 2));
+  // No clock in common: each server's newest, at the smaller clock.
+  write_at(1, 25);
+  write_at(1, 30);
+  set = find_checkpoint_set(d, 2);
+  EXPECT_EQ(set.clock, 20);
+  c.job_fingerprint = 43;
+  write_at(1, 40);
+  EXPECT_THROW((void)find_checkpoint_set(d, 2), CheckpointError);
+
+  // A server refuses a checkpoint of other tables, naming the file.
+  const ClusterMap adagrad = one_server_map(UpdaterKind::kAdaGrad), sgd = one_server_map(UpdaterKind::kSgd);
+  rdma::Endpoint ea(endpoint_options()), eb(endpoint_options());
+  Server a(ea, adagrad, 0, {});
+  Server b(eb, sgd, 0, {});
+  const std::string path = d + "/other.ckpt";
+  (void)write_checkpoint(path, a.checkpoint());
+  try {
+    b.restore(read_checkpoint(path), path, 0);
+    ADD_FAILURE() << "restored a checkpoint of other tables";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("other tables"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace parafab::ps

@@ -121,7 +121,8 @@ void validate(LaunchFlags& f) {
     throw std::invalid_argument("--checkpoint-interval and --checkpoint-clocks need --checkpoint-dir");
   }
   if (!f.checkpoint_dir.empty() && !f.hostfile.empty()) {
-    throw std::invalid_argument("--checkpoint-dir: for local jobs (under --hostfile, give it to parafab server)");
+    throw std::invalid_argument("--checkpoint-dir: for local jobs (under --hostfile, run parafab node --checkpoint-dir "
+                                "under your launcher; see docs/cluster.md)");
   }
   if (f.hostfile.empty()) {
     const std::pair<bool, const char*> ssh_only[] = {

@@ -614,9 +614,12 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                  "[0..%zu]: %s; mean step scale %.3f\n",
                  w, eps, ks.push_bytes / 1e6, ks.pull_bytes / 1e6, static_cast<unsigned long long>(ks.requests), last,
                  hist.c_str(), st.mean_scale);
-    metrics.line(fmt::format(R"({{"event": "done", "worker": {}, "seconds": {}, "examples_per_second": {}, "push_bytes": {}, "pull_bytes": {}, "staleness_histogram": [{}], "mean_step_scale": {}}})",
+    // Nodes the scheduler declared dead during the job, by rank.
+    std::string dead;
+    for (const uint32_t r : node->client->dead_ranks()) dead += (dead.empty() ? "" : ", ") + std::to_string(r);
+    metrics.line(fmt::format(R"({{"event": "done", "worker": {}, "seconds": {}, "examples_per_second": {}, "push_bytes": {}, "pull_bytes": {}, "staleness_histogram": [{}], "mean_step_scale": {}, "dead_ranks": [{}]}})",
                              w, json_number(train_s), json_number(eps), ks.push_bytes, ks.pull_bytes, hist,
-                             json_number(st.mean_scale)));
+                             json_number(st.mean_scale), dead));
     node->client->done();
     (void)node->client->wait_for_shutdown(join_timeout(flags.cluster));
   } else {

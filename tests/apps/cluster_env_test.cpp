@@ -257,5 +257,22 @@ TEST_F(ClusterEnv, DryRunShowsTheWorkersEnvironment) {
   }
 }
 
+// A server's command carries the checkpoint flags; the scheduler's the
+// worker-failure policy.
+TEST_F(ClusterEnv, DryRunPassesCheckpointsToServersAndThePolicyToTheScheduler) {
+  for (const auto& [procid, want] : {std::pair<const char*, const char*>{"1", "--checkpoint-dir /shared/ck --checkpoint-interval 0 --checkpoint-clocks 50"},
+                                     {"0", "--on-worker-failure continue"}}) {
+    std::vector<std::string> env = blank_launcher_variables();
+    env.insert(env.end(), {"PARAFAB_TOKEN_FILE=" + token_, std::string("SLURM_PROCID=") + procid, "SLURM_NTASKS=6",
+                           "SLURM_NODELIST=localhost,other[1-2]"});
+    ChildProcess p({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--checkpoint-dir", "/shared/ck",
+                    "--checkpoint-clocks", "50", "--on-worker-failure", "continue", "--dry-run", "--", "echo", "hi"},
+                   merged(env));
+    ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
+    EXPECT_EQ(p.exit_code(), std::optional<int>(0)) << p.output();
+    EXPECT_TRUE(contains(p.output(), want)) << want << "\n" << p.output();
+  }
+}
+
 }  // namespace
 }  // namespace parafab

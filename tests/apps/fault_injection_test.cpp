@@ -156,9 +156,15 @@ testing::TempDir* FaultInjection::dir_ = nullptr;
 double FaultInjection::reference_ = 0;
 
 TEST_F(FaultInjection, KilledWorkerIsLeftBehindUnderContinue) {
-  ChildProcess p(launch_args("w-continue", {"--on-worker-failure", "continue"}), {"FI_TCP_IFACE=lo"});
+  std::vector<std::string> w = worker_args();
+  w.insert(w.end(), {"--metrics-out", file("continue-%r.jsonl")});
+  ChildProcess p(launch_args("w-continue", {"--on-worker-failure", "continue"}, w), {"FI_TCP_IFACE=lo"});
   kill_mid_training(p, "w-continue", "worker", 1);
   finish(p);
+  // The survivor names the dead worker (rank 3: after the 2 servers) in its metrics.
+  std::ifstream metrics(file("continue-0.jsonl"));
+  const std::string lines((std::istreambuf_iterator<char>(metrics)), {});
+  EXPECT_NE(lines.find(R"("dead_ranks": [3])"), std::string::npos) << lines;
   EXPECT_EQ(p.exit_code(), 0) << p.output();
   EXPECT_NE(p.output().find("worker 1"), std::string::npos);
   EXPECT_NE(p.output().find("the job goes on without it (--on-worker-failure continue)"), std::string::npos)

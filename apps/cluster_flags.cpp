@@ -1,5 +1,7 @@
 #include "apps/cluster_flags.h"
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <charconv>
@@ -38,6 +40,29 @@ void add_worker_failure_flag(CLI::App* cmd, std::string& policy) {
                   "A worker that dies before it is done: fail (stop the job, naming it) or continue (the others go "
                   "on without it and take over its batches from the next epoch)")
       ->check(CLI::IsMember({"fail", "continue"}))
+      ->capture_default_str();
+}
+
+std::vector<std::string> CheckpointFlags::server_args() const {
+  if (dir.empty()) return {};
+  return {"--checkpoint-dir", dir, "--checkpoint-interval", fmt::format("{}", interval_s), "--checkpoint-clocks",
+          std::to_string(clocks)};
+}
+
+void CheckpointFlags::validate() const {
+  if ((interval_s > 0 || clocks > 0) && dir.empty()) {
+    throw std::invalid_argument("--checkpoint-interval and --checkpoint-clocks need --checkpoint-dir");
+  }
+}
+
+void add_checkpoint_flags(CLI::App* cmd, CheckpointFlags& flags, const std::string& dir_help) {
+  cmd->add_option("--checkpoint-dir", flags.dir, dir_help);
+  cmd->add_option("--checkpoint-interval", flags.interval_s, "Seconds between the servers' checkpoints (0: not by time)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-clocks", flags.clocks,
+                  "Checkpoint whenever the slowest worker's clock has advanced this much (0: not by clocks)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 }
 

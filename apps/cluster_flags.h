@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ps/cluster_map.h"
 #include "ps/job_token.h"
@@ -36,6 +37,19 @@ struct ClusterFlags {
 void add_cluster_flags(CLI::App* cmd, ClusterFlags& flags);
 // The job's worker-failure policy (scheduler, node, launch): fail or continue.
 void add_worker_failure_flag(CLI::App* cmd, std::string& policy);
+
+// The servers' checkpoint flags, as node and launch take them and pass them
+// on to parafab server.
+struct CheckpointFlags {
+  std::string dir;
+  double interval_s = 0;
+  int64_t clocks = 0;
+  // The flags for parafab server ({} without a directory).
+  std::vector<std::string> server_args() const;
+  // Throws std::invalid_argument for an interval or clocks without a directory.
+  void validate() const;
+};
+void add_checkpoint_flags(CLI::App* cmd, CheckpointFlags& flags, const std::string& dir_help);
 // Fills what the flags left empty from the environment, then defaults.
 // Throws std::invalid_argument naming the flag and variable that are missing.
 void resolve_cluster_flags(ClusterFlags& flags);

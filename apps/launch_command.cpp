@@ -66,9 +66,7 @@ struct LaunchFlags {
   double grace_s = 5;
   double heartbeat_timeout_s = 10;
   std::string on_worker_failure = "fail";
-  std::string checkpoint_dir;  // servers' checkpoints
-  double checkpoint_interval_s = 0;
-  int64_t checkpoint_clocks = 0;
+  CheckpointFlags checkpoints;  // the servers'
   int restart_failed = 0;  // whole-job restarts from the checkpoint set
   std::vector<std::string> command;
   // --hostfile mode only (ssh):
@@ -111,16 +109,14 @@ void validate(LaunchFlags& f) {
   if (f.grace_s < 0) throw std::invalid_argument(fmt::format("--grace {}: must be >= 0", f.grace_s));
   (void)ps::ConsistencyModel::parse(f.consistency);
   for (const std::string& spec : f.tables) (void)parse_table_spec(spec);
-  if (f.restart_failed > 0 && f.checkpoint_dir.empty()) {
+  f.checkpoints.validate();
+  if (f.restart_failed > 0 && f.checkpoints.dir.empty()) {
     throw std::invalid_argument("--restart-failed needs --checkpoint-dir (the job restarts from its checkpoints)");
   }
   if (f.restart_failed > 0 && !f.hostfile.empty()) {
     throw std::invalid_argument("--restart-failed: for local jobs (under --hostfile or Slurm, rerun with train --resume)");
   }
-  if ((f.checkpoint_interval_s > 0 || f.checkpoint_clocks > 0) && f.checkpoint_dir.empty()) {
-    throw std::invalid_argument("--checkpoint-interval and --checkpoint-clocks need --checkpoint-dir");
-  }
-  if (!f.checkpoint_dir.empty() && !f.hostfile.empty()) {
+  if (!f.checkpoints.dir.empty() && !f.hostfile.empty()) {
     throw std::invalid_argument("--checkpoint-dir: for local jobs (under --hostfile, run parafab node --checkpoint-dir "
                                 "under your launcher; see docs/cluster.md)");
   }
@@ -263,11 +259,11 @@ class Launch {
         return code;
       }
       try {
-        const ps::CheckpointSet set = ps::find_checkpoint_set(f_.checkpoint_dir, static_cast<uint32_t>(f_.servers));
+        const ps::CheckpointSet set = ps::find_checkpoint_set(f_.checkpoints.dir, static_cast<uint32_t>(f_.servers));
         for (const std::string& why : set.refused) say("passed over " + why);
         say(fmt::format("restart {} of {}: the whole job again from the checkpoint set in {} (clock {}); what the "
                         "servers learned after it is lost",
-                        restart + 1, f_.restart_failed, f_.checkpoint_dir, set.clock));
+                        restart + 1, f_.restart_failed, f_.checkpoints.dir, set.clock));
       } catch (const ps::CheckpointError& e) {
         say(fmt::format("cannot restart: {}", e.what()));
         return code;
@@ -419,17 +415,13 @@ class Launch {
     env.push_back("PARAFAB_SCHEDULER=" + address);
 
     std::vector<std::string> server_argv = {self, "server", "--consistency", f_.consistency, "--join-timeout", join};
-    if (!f_.checkpoint_dir.empty()) {
-      server_argv.insert(server_argv.end(), {"--checkpoint-dir", f_.checkpoint_dir, "--checkpoint-interval",
-                                             fmt::format("{}", f_.checkpoint_interval_s), "--checkpoint-clocks",
-                                             std::to_string(f_.checkpoint_clocks)});
-    }
+    for (const std::string& a : f_.checkpoints.server_args()) server_argv.push_back(a);
     for (int i = 0; i < f_.servers; ++i) {
       group_.start(fmt::format("server {}", i), server_argv,
                    with(env, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", i)}));
     }
     std::vector<std::string> worker_env = env;
-    if (resume) worker_env.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoint_dir);
+    if (resume) worker_env.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoints.dir);
     for (int j = 0; j < f_.workers; ++j) {
       workers_.push_back(group_.start(fmt::format("worker {}", j), f_.command,
                                       with(worker_env, {"PARAFAB_ROLE=worker", fmt::format("PARAFAB_RANK={}", j)})));
@@ -629,16 +621,9 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
-  cmd->add_option("--checkpoint-dir", f->checkpoint_dir,
-                  "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir); train --resume DIR "
-                  "starts a job from them");
-  cmd->add_option("--checkpoint-interval", f->checkpoint_interval_s, "Seconds between the servers' checkpoints")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-clocks", f->checkpoint_clocks,
-                  "Checkpoint whenever the slowest worker's clock has advanced this much")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  add_checkpoint_flags(cmd, f->checkpoints,
+                       "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir); train --resume "
+                       "DIR starts a job from them");
   cmd->add_option("--restart-failed", f->restart_failed,
                   "Up to N times, when a server or the scheduler dies, start the whole job again from the newest "
                   "complete checkpoint set in --checkpoint-dir (local jobs)")

@@ -57,9 +57,7 @@ struct NodeFlags {
   std::string token_file, provider, node, iface;
   double join_timeout_s = 60, heartbeat_timeout_s = 10;
   std::string on_worker_failure = "fail";
-  std::string checkpoint_dir;  // the servers'
-  double checkpoint_interval_s = 0;
-  int64_t checkpoint_clocks = 0;
+  CheckpointFlags checkpoints;  // the servers'
   bool dry_run = false;
   std::vector<std::string> command;
 };
@@ -228,11 +226,7 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
     case NodeRole::kServer:
       plan.argv = {self_exe(), "server", "--rank", std::to_string(p.role_rank), "--consistency", f.consistency,
                    "--join-timeout", join};
-      if (!f.checkpoint_dir.empty()) {
-        plan.argv.insert(plan.argv.end(), {"--checkpoint-dir", f.checkpoint_dir, "--checkpoint-interval",
-                                           fmt::format("{}", f.checkpoint_interval_s), "--checkpoint-clocks",
-                                           std::to_string(f.checkpoint_clocks)});
-      }
+      for (const std::string& a : f.checkpoints.server_args()) plan.argv.push_back(a);
       break;
     case NodeRole::kWorker:
       plan.argv = f.command;
@@ -324,15 +318,8 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
-  cmd->add_option("--checkpoint-dir", f->checkpoint_dir,
-                  "Servers checkpoint their shards to DIR (storage every host sees); rerun with train --resume DIR");
-  cmd->add_option("--checkpoint-interval", f->checkpoint_interval_s, "Seconds between the servers' checkpoints")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-clocks", f->checkpoint_clocks,
-                  "Checkpoint whenever the slowest worker's clock has advanced this much")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  add_checkpoint_flags(cmd, f->checkpoints,
+                       "Servers checkpoint their shards to DIR (storage every host sees); rerun with train --resume DIR");
   cmd->add_flag("--dry-run", f->dry_run, "Print this process's role, environment and command, and exit");
   cmd->add_option("command", f->command,
                   "The worker command and its arguments, after --; it finds the job in PARAFAB_SCHEDULER, "

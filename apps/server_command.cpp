@@ -17,9 +17,7 @@ namespace {
 struct ServerFlags {
   ClusterFlags cluster;
   std::string consistency = "bsp";
-  std::string checkpoint_dir;
-  double checkpoint_interval_s = 0;
-  int64_t checkpoint_clocks = 0;
+  CheckpointFlags checkpoints;
   bool recover = false;
 };
 
@@ -43,11 +41,9 @@ int run_server(ServerFlags f) {
   resolve_cluster_flags(f.cluster);
   ps::ServerOptions so;
   so.consistency = ps::ConsistencyModel::parse(f.consistency);
-  if (f.recover && f.checkpoint_dir.empty()) throw std::invalid_argument("--recover needs --checkpoint-dir (where the checkpoint is)");
-  if ((f.checkpoint_interval_s > 0 || f.checkpoint_clocks > 0) && f.checkpoint_dir.empty()) {
-    throw std::invalid_argument("--checkpoint-interval and --checkpoint-clocks need --checkpoint-dir");
-  }
-  if (!f.checkpoint_dir.empty()) std::filesystem::create_directories(f.checkpoint_dir);
+  if (f.recover && f.checkpoints.dir.empty()) throw std::invalid_argument("--recover needs --checkpoint-dir (where the checkpoint is)");
+  f.checkpoints.validate();
+  if (!f.checkpoints.dir.empty()) std::filesystem::create_directories(f.checkpoints.dir);
   ps::Server* server = nullptr;
   std::atomic<bool> ready{false};
   ClusterNode node = join_cluster(f.cluster, ps::Role::kServer, [&](const ps::NodeInfo& n, const std::string& why) {
@@ -55,10 +51,10 @@ int run_server(ServerFlags f) {
                                              n.role_rank, n.rank, n.host, why).c_str());
     if (n.role == ps::Role::kWorker && ready) server->remove_worker_later(n.role_rank);
   });
-  if (!f.checkpoint_dir.empty()) {
-    so.checkpoint_path = ps::checkpoint_path(f.checkpoint_dir, node.role_rank, node.map->num_servers());
-    so.checkpoint_interval = std::chrono::milliseconds(static_cast<int64_t>(f.checkpoint_interval_s * 1000));
-    so.checkpoint_clocks = f.checkpoint_clocks;
+  if (!f.checkpoints.dir.empty()) {
+    so.checkpoint_path = ps::checkpoint_path(f.checkpoints.dir, node.role_rank, node.map->num_servers());
+    so.checkpoint_interval = std::chrono::milliseconds(static_cast<int64_t>(f.checkpoints.interval_s * 1000));
+    so.checkpoint_clocks = f.checkpoints.clocks;
   }
   ps::Server srv(*node.endpoint, *node.map, node.role_rank, so);
   // The job's workers asked to resume (train --resume DIR), or this server
@@ -66,7 +62,7 @@ int run_server(ServerFlags f) {
   if (!node.map->resume_dir.empty()) {
     restore_from(srv, node.map->resume_dir, node.role_rank, node.map->num_servers());
   } else if (f.recover) {
-    restore_from(srv, f.checkpoint_dir, node.role_rank, node.map->num_servers());
+    restore_from(srv, f.checkpoints.dir, node.role_rank, node.map->num_servers());
   }
   server = &srv;
   ready = true;
@@ -112,16 +108,9 @@ void add_server_command(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand("server", "Run one parameter server of a job (joins through the scheduler)");
   add_cluster_flags(cmd, f->cluster);
   cmd->add_option("--consistency", f->consistency, "bsp, ssp:S (bounded staleness S) or asp")->capture_default_str();
-  cmd->add_option("--checkpoint-dir", f->checkpoint_dir,
-                  "Checkpoint this server's shards (values and optimizer state) to DIR/server-I-of-S.ckpt: every "
-                  "--checkpoint-interval seconds or --checkpoint-clocks clocks, and at the end");
-  cmd->add_option("--checkpoint-interval", f->checkpoint_interval_s, "Seconds between checkpoints (0: not by time)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-clocks", f->checkpoint_clocks,
-                  "Checkpoint whenever the slowest worker's clock has advanced this much (0: not by clocks)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  add_checkpoint_flags(cmd, f->checkpoints,
+                       "Checkpoint this server's shards (values and optimizer state) to DIR/server-I-of-S.ckpt: every "
+                       "--checkpoint-interval seconds or --checkpoint-clocks clocks, and at the end");
   cmd->add_flag("--recover", f->recover,
                 "Start from this server's last checkpoint in --checkpoint-dir (refused, naming the file, when it is "
                 "missing, corrupt or of other tables)");

@@ -68,7 +68,7 @@ class Cursor {
                             " entries, more than the file holds");
     }
     std::vector<T> v(n);
-    std::memcpy(v.data(), bytes_.data() + at_, n * sizeof(T));
+    if (n) std::memcpy(v.data(), bytes_.data() + at_, n * sizeof(T));  // an empty vector's data() may be null
     at_ += n * sizeof(T);
     return v;
   }

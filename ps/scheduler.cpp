@@ -253,46 +253,32 @@ struct Scheduler::Impl {
       refuse(c, proto::ERROR_ROLE_FULL, text);
       return;
     }
-    if (!reg.resume_dir().empty()) {
-      std::string conflict;
-      if (role != Role::kWorker) {
-        conflict = "only workers bring a resume directory";
-      } else if (resume_dir.empty()) {
-        resume_dir = reg.resume_dir();
-      } else if (resume_dir != reg.resume_dir()) {
-        conflict = "it resumes from " + reg.resume_dir() + ", the first worker from " + resume_dir;
-      }
-      if (!conflict.empty()) {
-        ++counters.invalid_messages;
-        const std::string text = std::string(to_string(role)) + " on host " + reg.host() + " refused: " + conflict;
-        spdlog::warn("scheduler: {}", text);
-        refuse(c, proto::ERROR_MALFORMED, text);
-        return;
-      }
+    // What a worker brings (the tables, a resume directory) must agree with
+    // what the job has; nothing is kept from a refused registration.
+    std::string conflict;
+    std::vector<TableSchema> proposed;
+    for (const proto::Table& t : reg.tables()) proposed.push_back(from_proto(t));
+    if (role != Role::kWorker && (!proposed.empty() || !reg.resume_dir().empty())) {
+      conflict = "only workers bring tables or a resume directory";
+    } else if (!proposed.empty() && !opt.tables.empty() && !same_tables(opt.tables, proposed)) {
+      // Tables given to the scheduler win; a worker's must agree.
+      conflict = tables_from_workers ? "its tables differ from those of the first worker"
+                                     : "its tables differ from the scheduler's --table list";
+    } else if (!reg.resume_dir().empty() && !resume_dir.empty() && resume_dir != reg.resume_dir()) {
+      conflict = "it resumes from " + reg.resume_dir() + ", the first worker from " + resume_dir;
     }
-    if (reg.tables_size() > 0) {
-      std::vector<TableSchema> proposed;
-      for (const proto::Table& t : reg.tables()) proposed.push_back(from_proto(t));
-      std::string conflict;
-      if (role != Role::kWorker) {
-        conflict = "only workers bring tables";
-      } else if (!opt.tables.empty() && !tables_from_workers) {
-        // Tables given to the scheduler win; a worker's must agree.
-        if (!same_tables(opt.tables, proposed)) conflict = "its tables differ from the scheduler's --table list";
-      } else if (tables_from_workers) {
-        if (!same_tables(opt.tables, proposed)) conflict = "its tables differ from those of the first worker";
-      } else {
-        opt.tables = proposed;
-        tables_from_workers = true;
-      }
-      if (!conflict.empty()) {
-        ++counters.invalid_messages;
-        const std::string text = std::string(to_string(role)) + " on host " + reg.host() + " refused: " + conflict;
-        spdlog::warn("scheduler: {}", text);
-        refuse(c, proto::ERROR_MALFORMED, text);
-        return;
-      }
+    if (!conflict.empty()) {
+      ++counters.invalid_messages;
+      const std::string text = std::string(to_string(role)) + " on host " + reg.host() + " refused: " + conflict;
+      spdlog::warn("scheduler: {}", text);
+      refuse(c, proto::ERROR_MALFORMED, text);
+      return;
     }
+    if (!proposed.empty() && opt.tables.empty()) {
+      opt.tables = std::move(proposed);
+      tables_from_workers = true;
+    }
+    if (!reg.resume_dir().empty()) resume_dir = reg.resume_dir();
     c.joined = true;
     c.role = role;
     c.role_rank = static_cast<uint32_t>(vacant - role_slots.begin());

@@ -57,7 +57,7 @@ TEST(ControlFrame, AnEmptyBodyIsAnEmptyEnvelope) {
 }
 
 TEST(ControlFrame, AnOversizedLengthIsBadBeforeTheBodyArrives) {
-  std::string header = "\x01\x00\x01\x00";  // 65537 bytes announced, none sent
+  const std::string header("\x01\x00\x01\x00", 4);  // 65537 bytes announced, none sent
   proto::Envelope m;
   const ControlFrame f = decode_control_frame(bytes(header), kMaxUnauthenticatedFrameBytes, m);
   ASSERT_EQ(f.status, ControlFrame::Status::kBad);

@@ -140,6 +140,8 @@ class FaultInjection : public ::testing::Test {
   }
   static void expect_close_to_reference(const std::string& out) {
     const double loss = held_out(out);
+    std::printf("%s: held-out log loss %.5f, %.4f of the fault-free run's\n",
+                ::testing::UnitTest::GetInstance()->current_test_info()->name(), loss, loss / reference_);
     EXPECT_GT(loss, 0) << out;
     EXPECT_LE(loss, reference_ * 1.02) << "fault-free " << reference_ << "\n" << out;
     EXPECT_GE(loss, reference_ * 0.98) << "fault-free " << reference_ << "\n" << out;

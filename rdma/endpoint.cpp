@@ -45,7 +45,12 @@ void Endpoint::Impl::release_slots(size_t n) {
 
 // Posts one operation of `op` with FT_POST's discipline: on -FI_EAGAIN read
 // the CQ (progress) and retry, until the deadline.
-Status Endpoint::Impl::post(Operation* op, const std::function<ssize_t(void* ctx)>& fn, Clock::time_point deadline) {
+Status Endpoint::Impl::post(Operation* op, const std::function<ssize_t(void* ctx)>& fn) {
+  Clock::time_point deadline;
+  {
+    std::lock_guard lock(mu_);
+    deadline = op->deadline;
+  }
   if (!acquire_slot(deadline)) {
     std::lock_guard lock(mu_);
     return Status(StatusCode::kTimedOut, op->describe() + " to " + describe_peer_locked(op->peer) +
@@ -141,8 +146,7 @@ std::future<Status> Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, 
                 msg.rma_iov_count = 1;
                 msg.context = ctx;
                 return fi_writemsg(ep.get(), &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
-              },
-              op->deadline);
+              });
     done += len;
   }
   return finish_posting(op, st);
@@ -202,8 +206,7 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
                 [&](void* ctx) {
                   return fi_tsend(m.ep.get(), op->bounce.data(), op->bounce.size(), frame_desc, addr, kHeaderTag,
                                   ctx);
-                },
-                op->deadline);
+                });
   }
   if (!eager && st.ok()) {
     // Chunk k is payload bytes [k*C, (k+1)*C): an iovec over the pieces it
@@ -260,8 +263,7 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
                     return iov.size() == 1
                                ? fi_tsend(m.ep.get(), iov[0].iov_base, iov[0].iov_len, desc[0], addr, t, ctx)
                                : fi_tsendv(m.ep.get(), iov.data(), desc.data(), iov.size(), addr, t, ctx);
-                  },
-                  op->deadline);
+                  });
     }
   }
   return m.finish_posting(op, st);

@@ -190,7 +190,10 @@ struct Endpoint::Impl {
   // Posting.
   bool acquire_slot(Clock::time_point deadline);
   void release_slots(size_t n);
-  Status post(Operation* op, const std::function<ssize_t(void* ctx)>& fn, Clock::time_point deadline);
+  // Posts one libfabric operation of `op`, retrying on -FI_EAGAIN until the
+  // operation's deadline as it stands when the post starts (read under mu_:
+  // completions of its earlier posts move it on, on another thread).
+  Status post(Operation* op, const std::function<ssize_t(void* ctx)>& fn);
   void* local_desc(Operation& op, const void* p, size_t n, uint64_t access);
   FidHandle<fid_mr> register_raw(void* base, size_t length, uint64_t access, MemoryKind kind, int device);
   Operation* new_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb, uint64_t bytes,

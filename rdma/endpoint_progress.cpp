@@ -171,8 +171,7 @@ void Endpoint::Impl::post_inbound_chunks(Operation* op, const FrameHeader& h) {
     std::byte* p = op->message.data.data() + k * h.chunk_bytes;
     const size_t len = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.total_bytes - k * h.chunk_bytes));
     const uint64_t tag = chunk_tag(h.message_id, k);
-    st = post(op, [&](void* ctx) { return fi_trecv(ep.get(), p, len, desc, op->peer_addr, tag, 0, ctx); },
-              op->deadline);
+    st = post(op, [&](void* ctx) { return fi_trecv(ep.get(), p, len, desc, op->peer_addr, tag, 0, ctx); });
   }
   (void)finish_posting(op, st);
 }

@@ -3,6 +3,8 @@
 // test's address from stdin, adds it and prints "ready", then echoes every
 // message until killed or until stdin closes.
 //   rdma_peer_process PROVIDER
+#include <poll.h>
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -32,10 +34,14 @@ int main(int argc, char** argv) {
   // Only now would a message from the test be accepted (unknown senders are dropped).
   std::cout << "ready" << std::endl;
   // Echo every message back until stdin closes (or a SIGKILL).
+  // peek() only when poll() says stdin has data or is closed: a blocking
+  // peek while a slow message (a sanitizer build) is still arriving would
+  // stop the echo until the test writes again, which it never does.
   for (;;) {
     auto m = ep.receive(std::chrono::milliseconds(100));
     if (m) (void)ep.send(0, m->tag, m->data.data(), m->data.size()).get();
-    if (std::cin.peek() == EOF && !m) break;
+    pollfd in{.fd = 0, .events = POLLIN, .revents = 0};
+    if (!m && ::poll(&in, 1, 0) > 0 && std::cin.peek() == EOF) break;
   }
   return 0;
 }

@@ -457,9 +457,13 @@ TEST(SchedulerTest, ClosedConnectionCountsAsDeathAndUnblocksBarriers) {
 // done stops the job; every node hears which worker, and run() throws it.
 TEST(SchedulerTest, DeadWorkerStopsTheJobUnderTheFailPolicy) {
   RunningScheduler sched(scheduler_options(1, 2, "tok"));
-  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1),
-                           client_options(sched->port(), "tok", Role::kWorker, 0, 2),
-                           client_options(sched->port(), "tok", Role::kWorker, 1, 3)});
+  // Ranks by request: the workers join concurrently, and by arrival order
+  // host 1 is sometimes worker 0 (seen under the sanitizers' timing).
+  auto w0 = client_options(sched->port(), "tok", Role::kWorker, 0, 2);
+  auto w1 = client_options(sched->port(), "tok", Role::kWorker, 1, 3);
+  w0.requested_role_rank = 0;
+  w1.requested_role_rank = 1;
+  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1), w0, w1});
   clients[2].reset();  // worker 1 goes away before it is done
   for (int i = 0; i < 2; ++i) {
     try {

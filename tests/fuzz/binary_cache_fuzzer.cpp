@@ -22,18 +22,14 @@
 
 #include <xxhash.h>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "worker/binary_cache.h"
 #include "worker/data_error.h"
 
 namespace {
 
-[[noreturn]] void violated(const char* what) {
-  std::fprintf(stderr, "fuzz invariant violated: %s\n", what);
-  std::abort();
-}
-void check(bool ok, const char* what) {
-  if (!ok) violated(what);
-}
+using parafab::fuzz::check;
+using parafab::fuzz::violated;
 
 // tmpfs when there is one: the writer fsyncs, which is free there.
 std::string temp_path(const char* what) {

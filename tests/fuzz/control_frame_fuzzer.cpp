@@ -24,18 +24,14 @@
 
 #include "ps/control_channel.h"
 #include "ps/control_frame.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
 using namespace parafab::ps;
 
-[[noreturn]] void violated(const char* what) {
-  std::fprintf(stderr, "fuzz invariant violated: %s\n", what);
-  std::abort();
-}
-void check(bool ok, const char* what) {
-  if (!ok) violated(what);
-}
+using parafab::fuzz::check;
+using parafab::fuzz::violated;
 
 std::span<const std::byte> as_span(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};

@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "worker/data_error.h"
 #include "worker/data_reader.h"
 
@@ -32,13 +33,6 @@ namespace parafab::fuzz {
 
 inline constexpr const char* kFuzzFileName = "fuzz-input";
 
-[[noreturn]] inline void violated(const char* what) {
-  std::fprintf(stderr, "fuzz invariant violated: %s\n", what);
-  std::abort();
-}
-inline void check(bool ok, const char* what) {
-  if (!ok) violated(what);
-}
 
 struct Outcome {
   std::optional<worker::Dataset> data;  // empty: refused with a DataError

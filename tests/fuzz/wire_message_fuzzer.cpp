@@ -17,16 +17,12 @@
 #include <vector>
 
 #include "ps/wire_format.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-[[noreturn]] void violated(const char* what) {
-  std::fprintf(stderr, "fuzz invariant violated: %s\n", what);
-  std::abort();
-}
-void check(bool ok, const char* what) {
-  if (!ok) violated(what);
-}
+using parafab::fuzz::check;
+using parafab::fuzz::violated;
 
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 constexpr parafab::ps::WireLimits kLimits[8] = {

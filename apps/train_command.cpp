@@ -94,6 +94,13 @@ void check_status(const rdma::Status& s, const char* what) {
 
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
 
+// With --partition no worker sees all keys: every worker hashes them into
+// the same 2^bits slots (--hash-bits, else the default).
+worker::SlotMap partition_slot_map(int hash_bits) {
+  return worker::SlotMap{worker::SlotMode::kHashed,
+                         uint64_t{1} << (hash_bits > 0 ? hash_bits : worker::SlotMap::kDefaultHashBits)};
+}
+
 // The job's live workers (their indices), from the scheduler's notices of death.
 worker::LiveWorkers live_workers_of(const ClusterNode& node) {
   return [&node] {
@@ -237,10 +244,13 @@ int run_train(const TrainFlags& flags) {
   if (!flags.resume.empty() && !distributed) {
     throw std::invalid_argument("--resume: for the workers of a job (its servers wrote the checkpoints)");
   }
-  if (!flags.linear()) return run_model_train(flags, distributed);
   if (flags.partition && !distributed) {
     throw std::invalid_argument("--partition: for a worker of a job (one process reads the whole --train)");
   }
+  if (flags.partition && !flags.cache.empty()) {
+    throw std::invalid_argument("--partition: --cache holds a whole file; give one or the other");
+  }
+  if (!flags.linear()) return run_model_train(flags, distributed);
   if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
   if (distributed) return run_distributed_train(flags);
   worker::TrainOptions opt = flags.opt;
@@ -283,9 +293,6 @@ int run_distributed_train(TrainFlags flags) {
   const worker::TrainOptions& opt = flags.opt;
   if (!flags.predictions.empty() && flags.test.empty())
     throw std::invalid_argument("--predictions needs --test (the examples to predict)");
-  if (flags.partition && !flags.cache.empty()) {
-    throw std::invalid_argument("--partition: --cache holds a whole file; give one or the other");
-  }
   kernels::set_host_threads(opt.threads);
   // Whole file: every worker reads all of --train, so all build the same
   // slot map, and trains on its batches. --partition: each reads only its
@@ -295,8 +302,7 @@ int run_distributed_train(TrainFlags flags) {
   worker::SlotMap map;
   std::optional<worker::Dataset> train;
   if (flags.partition) {
-    map = worker::SlotMap{worker::SlotMode::kHashed,
-                          uint64_t{1} << (flags.hash_bits > 0 ? flags.hash_bits : worker::SlotMap::kDefaultHashBits)};
+    map = partition_slot_map(flags.hash_bits);
   } else {
     train = load_data("train", flags.train, flags.data, opt.threads, flags.cache);
     map = worker::SlotMap::for_data(train->view(), flags.hash_bits);
@@ -417,12 +423,6 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   if (flags.eval_interval > 0 && flags.test.empty()) throw std::invalid_argument("--eval-interval needs --test");
   kernels::set_host_threads(opt.threads);
   DataFlags data = flags.data;
-  if (flags.partition && !distributed) {
-    throw std::invalid_argument("--partition: for a worker of a job (one process reads the whole --train)");
-  }
-  if (flags.partition && !flags.cache.empty()) {
-    throw std::invalid_argument("--partition: --cache holds a whole file; give one or the other");
-  }
   // Whole file: every worker reads all of --train (so the slot map and the
   // dnn's fields come from all of it, as in one process) and trains on its
   // batches. --partition: each reads only its byte range; the slot map is
@@ -462,8 +462,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   };
   worker::ModelSpec spec;
   if (flags.partition) {
-    map = worker::SlotMap{worker::SlotMode::kHashed,
-                          uint64_t{1} << (flags.hash_bits > 0 ? flags.hash_bits : worker::SlotMap::kDefaultHashBits)};
+    map = partition_slot_map(flags.hash_bits);
     spec = make_spec(nullptr);
   } else {
     train = load_data("train", flags.train, data, opt.threads, flags.cache, flags.classes);

@@ -28,10 +28,18 @@ BatchShare live_batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index
                      static_cast<uint32_t>(alive.size()));
 }
 
-uint64_t skip_in_epoch(uint64_t* skip_clocks, uint64_t clocks_per_epoch) {
-  const uint64_t n = std::min(*skip_clocks, clocks_per_epoch);
-  *skip_clocks -= n;
-  return n;
+EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers, const LiveWorkers& live,
+                     bool shuffle, uint64_t seed, int epoch, uint64_t* skip_clocks) {
+  const BatchShare share = live_batch_share(n_rows, batch_rows, index, workers, live);
+  EpochPlan plan;
+  plan.order = epoch_order(share.batches, shuffle, seed, epoch, index);
+  plan.rows = share.rows;
+  const uint64_t skipped = std::min(*skip_clocks, share.clocks_per_epoch);
+  *skip_clocks -= skipped;
+  plan.order.erase(plan.order.begin(),
+                   plan.order.begin() + static_cast<ptrdiff_t>(std::min<uint64_t>(skipped, plan.order.size())));
+  plan.idle_clocks = share.clocks_per_epoch - skipped - plan.order.size();
+  return plan;
 }
 
 std::vector<uint64_t> epoch_order(const std::vector<uint64_t>& batches, bool shuffle, uint64_t seed, int epoch,

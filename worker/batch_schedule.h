@@ -44,9 +44,18 @@ using LiveWorkers = std::function<std::vector<uint32_t>()>;
 BatchShare live_batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers,
                             const LiveWorkers& live);
 
-// Resuming: of an epoch of `clocks_per_epoch` clocks, how many to skip, and
-// what is left to skip after it (*skip_clocks is decreased).
-uint64_t skip_in_epoch(uint64_t* skip_clocks, uint64_t clocks_per_epoch);
+// One epoch of a worker, as both trainers run it: its live share's batches
+// in the epoch's order, less those a resumed job already did (the first
+// *skip_clocks clocks of the run; *skip_clocks is decreased by the clocks
+// this epoch skips), and the clocks it ticks after them without a batch, so
+// that every worker ticks the share's clocks_per_epoch in all.
+struct EpochPlan {
+  std::vector<uint64_t> order;  // batch indices, to train in this order
+  uint64_t rows = 0;            // rows of the whole share (for progress)
+  uint64_t idle_clocks = 0;
+};
+EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers, const LiveWorkers& live,
+                     bool shuffle, uint64_t seed, int epoch, uint64_t* skip_clocks);
 
 // The share's order in `epoch` (1-based): as given in epoch 1 or without
 // shuffle, else a Fisher-Yates shuffle from a counter-based stream of (seed,

@@ -75,11 +75,10 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
   const uint32_t bias = map_.bias_slot();
   uint64_t skip = options_.skip_clocks;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
-    const BatchShare share = live_batch_share(n, batch, index_, workers_, options_.live_workers);
-    std::vector<uint64_t> order = epoch_order(share.batches, options_.shuffle, options_.seed, epoch, index_);
-    const uint64_t skipped = skip_in_epoch(&skip, share.clocks_per_epoch);
-    order.erase(order.begin(), order.begin() + static_cast<ptrdiff_t>(std::min<uint64_t>(skipped, order.size())));
-    report.start_epoch(epoch, share.rows);
+    const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.live_workers, options_.shuffle,
+                                      options_.seed, epoch, &skip);
+    const std::vector<uint64_t>& order = plan.order;
+    report.start_epoch(epoch, plan.rows);
     double loss_sum = 0;
     uint64_t seen = 0;
     // Pull-ahead: batch k+1's weights are requested before batch k is computed.
@@ -131,7 +130,7 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
       report.update(seen, loss_sum, k + 1 == order.size());
     }
     // Equal clocks per epoch on every worker (BatchShare::clocks_per_epoch).
-    for (uint64_t k = skipped + order.size(); k < share.clocks_per_epoch; ++k) pushes.push_back(kv_.clock());
+    for (uint64_t k = 0; k < plan.idle_clocks; ++k) pushes.push_back(kv_.clock());
     for (auto& f : pushes) check(f.get(), "push");
     losses.push_back(seen ? loss_sum / static_cast<double>(seen) : 0);
   }

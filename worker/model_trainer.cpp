@@ -229,11 +229,10 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
   uint64_t skip = options_.skip_clocks;
   const bool ahead = remote_ && options_.pull_ahead;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
-    const BatchShare share = live_batch_share(n, batch, index_, workers_, options_.live_workers);
-    std::vector<uint64_t> order = epoch_order(share.batches, options_.shuffle, options_.seed, epoch, index_);
-    const uint64_t skipped = skip_in_epoch(&skip, share.clocks_per_epoch);
-    order.erase(order.begin(), order.begin() + static_cast<ptrdiff_t>(std::min<uint64_t>(skipped, order.size())));
-    report.start_epoch(epoch, share.rows);
+    const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.live_workers, options_.shuffle,
+                                      options_.seed, epoch, &skip);
+    const std::vector<uint64_t>& order = plan.order;
+    report.start_epoch(epoch, plan.rows);
     double loss_sum = 0;
     uint64_t seen = 0;
     auto prepare = [&](size_t k, Batch& b, Params& p) {
@@ -275,7 +274,7 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
       report.update(seen, loss_sum, k + 1 == order.size());
     }
     // Equal clocks per epoch on every worker (BatchShare::clocks_per_epoch).
-    for (uint64_t k = skipped + order.size(); k < share.clocks_per_epoch; ++k) pushes.push_back(store_.clock());
+    for (uint64_t k = 0; k < plan.idle_clocks; ++k) pushes.push_back(store_.clock());
     for (auto& f : pushes) check(f.get(), "push");
     losses.push_back(seen ? loss_sum / static_cast<double>(seen) : 0);
   }

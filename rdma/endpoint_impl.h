@@ -185,6 +185,7 @@ struct Endpoint::Impl {
   void drain_locked(PeerOrder& po, std::vector<Message>& ready);
   void sweep_deadlines();
   void repost(size_t slot);
+  int enable_endpoint();  // fi_enable, past a stale shm region of a dead process with our pid
   int post_pool_buffer(size_t slot);
 
   // Posting.

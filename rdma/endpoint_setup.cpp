@@ -105,7 +105,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
   check(fi_endpoint(domain.get(), fi, ep.out(), nullptr), "fi_endpoint", context());
   check(fi_ep_bind(ep.get(), &av.get()->fid, 0), "fi_ep_bind(av)", context());
   check(fi_ep_bind(ep.get(), &cq.get()->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", context());
-  check(fi_enable(ep.get()), "fi_enable", context());
+  check(enable_endpoint(), "fi_enable", context());
 
   // The receive pool: one registration for all buffers (FI_MR_LOCAL), posted
   // before the progress thread starts (no fi_enable/fi_cq_read race).
@@ -124,6 +124,17 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
     check(post_pool_buffer(i), "fi_trecv(receive pool)", context());
   }
   if (options.progress_thread) progress_thread = std::thread([this] { progress_loop(); });
+}
+
+int Endpoint::Impl::enable_endpoint() {
+  int rc = fi_enable(ep.get());
+  // shm names its region after our pid. A killed process leaves its file in
+  // /dev/shm; when its pid comes round again to us, libfabric 1.17 sees the
+  // file's owner "alive" (it is us), unlinks the file and answers EBUSY. The
+  // stale file is gone then, so one more try creates a fresh region. (Newer
+  // libfabric retries under another name itself.)
+  if (rc == -FI_EBUSY && provider_info.provider == "shm") rc = fi_enable(ep.get());
+  return rc;
 }
 
 Endpoint::Impl::~Impl() {

@@ -116,10 +116,6 @@ void validate(LaunchFlags& f) {
   if (f.restart_failed > 0 && !f.hostfile.empty()) {
     throw std::invalid_argument("--restart-failed: for local jobs (under --hostfile or Slurm, rerun with train --resume)");
   }
-  if (!f.checkpoints.dir.empty() && !f.hostfile.empty()) {
-    throw std::invalid_argument("--checkpoint-dir: for local jobs (under --hostfile, run parafab node --checkpoint-dir "
-                                "under your launcher; see docs/cluster.md)");
-  }
   if (f.hostfile.empty()) {
     const std::pair<bool, const char*> ssh_only[] = {
         {f.ssh_port != 0, "--ssh-port"}, {!f.ssh_options.empty(), "--ssh-option"}, {f.ssh_program != "ssh", "--ssh"},
@@ -348,6 +344,9 @@ class Launch {
                                      f_.on_worker_failure};
     if (!f_.iface.empty()) node.insert(node.end(), {"--iface", f_.iface});
     for (const std::string& t : f_.tables) node.insert(node.end(), {"--table", t});
+    // The servers' checkpoints go to one directory that every host sees at
+    // the same path (as the job token's); train --resume reads it.
+    for (const std::string& a : f_.checkpoints.server_args()) node.push_back(a);
     node.push_back("--");
     node.insert(node.end(), f_.command.begin(), f_.command.end());
 
@@ -622,8 +621,8 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
   add_checkpoint_flags(cmd, f->checkpoints,
-                       "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir); train --resume "
-                       "DIR starts a job from them");
+                       "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir; under --hostfile "
+                       "on storage every host sees); train --resume DIR starts a job from them");
   cmd->add_option("--restart-failed", f->restart_failed,
                   "Up to N times, when a server or the scheduler dies, start the whole job again from the newest "
                   "complete checkpoint set in --checkpoint-dir (local jobs)")

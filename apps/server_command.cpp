@@ -1,13 +1,16 @@
 // `parafab server`: one parameter server of a job.
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <atomic>
-#include <filesystem>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "apps/cluster_node.h"
 #include "apps/commands.h"
+#include "apps/signal_pipe.h"
 #include "ps/checkpoint.h"
 #include "ps/server.h"
 
@@ -32,8 +35,8 @@ void restore_from(ps::Server& srv, const std::string& dir, uint32_t index, uint3
   for (const auto& t : c.sparse) keys += t.keys.size();
   std::fprintf(stderr, "%s\n",
                fmt::format("server {}: restored from {} ({:.1f} MB, {} sparse keys, {} dense shards, minimum worker "
-                           "clock {})",
-                           index, path, c.bytes / 1e6, keys, c.dense.size(), c.min_clock)
+                           "clock {}, {} gradient bytes pushed into it)",
+                           index, path, c.bytes / 1e6, keys, c.dense.size(), c.min_clock, c.bytes_pushed)
                    .c_str());
 }
 
@@ -70,10 +73,17 @@ int run_server(ServerFlags f) {
                so.consistency.to_string().c_str());
   std::atomic<bool> stop{false};
   std::string failure;
+  // SIGTERM or SIGINT (launch stopping the job, the end of a Slurm step):
+  // stop between two messages, write the final checkpoint, print the
+  // counts, and exit 128+N.
+  SignalPipe signals({SIGTERM, SIGINT});
+  int stopped_by = 0;
   std::thread watcher([&] {
     try {
       while (!node.client->wait_for_shutdown(std::chrono::milliseconds(200))) {
         if (stop) return;
+        for (const int s : signals.take()) stopped_by = s;
+        if (stopped_by != 0) break;
       }
     } catch (const std::exception& e) {
       failure = e.what();
@@ -90,11 +100,23 @@ int run_server(ServerFlags f) {
                            st.bad_messages, st.last_error.empty() ? "" : " (last: " + st.last_error + ")",
                            st.refused_non_finite, st.staleness.max_seen())
                    .c_str());
+  // With checkpoints, what a restart from one of them would lose: the bytes
+  // since it (checkpoint.h).
+  if (!so.checkpoint_path.empty()) {
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("server {}: {} gradient bytes applied since the job began ({} before this run's restore)",
+                             node.role_rank, st.bytes_pushed_restored + st.bytes_pushed, st.bytes_pushed_restored)
+                     .c_str());
+  }
   if (st.checkpoints > 0) {
     std::fprintf(stderr, "%s\n",
                  fmt::format("server {}: {} checkpoints to {}, the last {:.1f} MB in {:.3f} s", node.role_rank,
                              st.checkpoints, so.checkpoint_path, st.checkpoint_bytes / 1e6, st.checkpoint_seconds)
                      .c_str());
+  }
+  if (stopped_by != 0) {
+    std::fprintf(stderr, "server %u: stopped by signal %d (%s)\n", node.role_rank, stopped_by, strsignal(stopped_by));
+    return 128 + stopped_by;
   }
   if (!failure.empty()) throw std::runtime_error("lost the scheduler: " + failure);
   std::fprintf(stderr, "server %u: shutdown: %s\n", node.role_rank, node.client->shutdown_reason().c_str());

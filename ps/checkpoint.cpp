@@ -30,7 +30,7 @@ struct Header {
   uint64_t written_unix_ms;
   uint64_t payload_bytes;
   uint64_t payload_hash;
-  uint64_t reserved;
+  uint64_t bytes_pushed;
   uint64_t header_hash;  // of every byte before it
 };
 static_assert(sizeof(Header) == 80);
@@ -132,6 +132,7 @@ uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c) {
   h.written_unix_ms = c.written_unix_ms;
   h.payload_bytes = payload.size();
   h.payload_hash = XXH64(payload.data(), payload.size(), 0);
+  h.bytes_pushed = c.bytes_pushed;
   h.header_hash = header_hash(h);
   // The previous checkpoint stays as PATH.prev: if this server dies before
   // the others have written theirs of the same clock, the set can still
@@ -169,6 +170,7 @@ ShardCheckpoint read_checkpoint(const std::string& path) {
   c.job_fingerprint = h.job_fingerprint;
   c.min_clock = h.min_clock;
   c.written_unix_ms = h.written_unix_ms;
+  c.bytes_pushed = h.bytes_pushed;
   c.bytes = bytes.size();
   Cursor r(payload, path);
   c.worker_clocks = r.get_array<int64_t>("worker clocks");

@@ -10,7 +10,7 @@
 // File (little-endian): a 80-byte header (magic "PFCKPT01", version,
 // server index, servers, workers, job fingerprint, the server's minimum
 // worker clock, the wall time written, payload size, xxHash64 of the
-// payload and of the header), then the workers' clocks and, per table, its
+// payload, the gradient bytes pushed into the shard, xxHash64 of the header), then the workers' clocks and, per table, its
 // id, kind, width, state floats, and either the keys with their values and
 // state (sparse) or the shard's rows, values and state (dense). Written
 // with write_file_atomically: a crash leaves the previous checkpoint.
@@ -38,6 +38,10 @@ struct ShardCheckpoint {
   uint64_t job_fingerprint = 0;  // checkpoint_fingerprint of the job's tables
   int64_t min_clock = 0;         // the server's minimum worker clock
   uint64_t written_unix_ms = 0;
+  // Gradient bytes (values of every push) applied into this shard since the
+  // job began, restarts included: what a restart from this checkpoint loses
+  // is a server's count at its end minus this.
+  uint64_t bytes_pushed = 0;
   std::vector<int64_t> worker_clocks;  // by worker index
   struct Sparse {
     uint32_t id = 0, width = 0, state_floats = 0;

@@ -93,6 +93,7 @@ ShardCheckpoint Server::checkpoint() const {
   c.written_unix_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                 std::chrono::system_clock::now().time_since_epoch())
                                                 .count());
+  c.bytes_pushed = stats_.bytes_pushed_restored + stats_.bytes_pushed;
   for (uint32_t w = 0; w < clocks_.workers(); ++w) c.worker_clocks.push_back(clocks_.clock(w));
   for (const auto& [id, t] : sparse_) {
     ShardCheckpoint::Sparse s;
@@ -160,6 +161,7 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
     for (uint32_t w = 0; w < clocks_.workers(); ++w) (void)clocks_.tick(w, clock);
   }
   last_checkpoint_clock_ = clocks_.min_clock();
+  stats_.bytes_pushed_restored = c.bytes_pushed;
 }
 
 void Server::handle(const rdma::Message& message) {
@@ -246,6 +248,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       const PushResult r = sparse_.at(h.table)->push(d.keys, d.values.data());
       ++stats_.pushes;
       stats_.keys_pushed += d.keys.size();
+      stats_.bytes_pushed += d.values.size() * sizeof(float);
       stats_.refused_non_finite += r.refused_non_finite;
       reply_header(message.from, h, Op::kPushReply);
       return;
@@ -254,6 +257,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       const PushResult r = dense_.at(h.table)->push(d.keys[0], d.keys[1], d.values.data());
       ++stats_.pushes;
       stats_.keys_pushed += d.keys[1];
+      stats_.bytes_pushed += d.values.size() * sizeof(float);
       stats_.refused_non_finite += r.refused_non_finite;
       reply_header(message.from, h, Op::kDensePushReply);
       return;

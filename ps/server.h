@@ -52,6 +52,8 @@ struct ServerOptions {
 struct ServerStats {
   uint64_t pulls = 0, pushes = 0, clocks = 0;
   uint64_t keys_pulled = 0, keys_pushed = 0;
+  uint64_t bytes_pushed = 0;           // gradient values applied, this run
+  uint64_t bytes_pushed_restored = 0;  // ... before it, as the restored checkpoint says
   uint64_t refused_non_finite = 0;  // keys whose gradient was refused by the updater
   uint64_t bad_messages = 0;        // answered with an error
   uint64_t parked = 0;              // pulls parked by the SSP bound, in all

@@ -69,11 +69,16 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   Server a(ea, map, 0, {});
   for (uint32_t i = 0; i < 5; ++i) push_some(a, i);
   const std::string path = checkpoint_path(dir.path().string(), 0, 1);
-  const ShardCheckpoint written = a.checkpoint();
+  ShardCheckpoint written = a.checkpoint();
+  written.bytes_pushed = 123456789012;  // as if that many gradient bytes had come in by message
   EXPECT_GT(write_checkpoint(path, written), 0u);
   Server b(eb, map, 0, {});
-  b.restore(read_checkpoint(path), path, 7);
+  const ShardCheckpoint back = read_checkpoint(path);
+  EXPECT_EQ(back.bytes_pushed, 123456789012u);
+  b.restore(back, path, 7);
   EXPECT_EQ(b.clocks().min_clock(), 7);
+  // The restored server counts on from the checkpoint's figure.
+  EXPECT_EQ(b.checkpoint().bytes_pushed, 123456789012u);
   EXPECT_EQ(pull_all(a), pull_all(b));
   // AdaGrad's accumulators and Adam's moments and step came back too: the
   // same next pushes move both servers to the same values.

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <map>
+#include <set>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -133,6 +134,13 @@ TEST_P(PsLoopback, PushesFromAllWorkersSumExactlyAndPullsReturnThem) {
   EXPECT_GT(job.server(1).sparse_table(5)->size(), 100u);
   EXPECT_EQ(job.server(0).sparse_table(5)->size() + job.server(1).sparse_table(5)->size(), ref.size());
   EXPECT_EQ(job.server(0).stats().bad_messages + job.server(1).stats().bad_messages, 0u);
+  // The servers count the gradient bytes they applied: each worker's keys
+  // once (the client merges a push's duplicates), kWidth floats each.
+  uint64_t expected_bytes = 0;
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    expected_bytes += std::set<uint64_t>(keys[w].begin(), keys[w].end()).size() * kWidth * sizeof(float);
+  }
+  EXPECT_EQ(job.server(0).stats().bytes_pushed + job.server(1).stats().bytes_pushed, expected_bytes);
 }
 
 TEST_P(PsLoopback, DenseRangesSpanningBothServers) {

@@ -102,8 +102,14 @@ std::string checkpoint_path(const std::string& dir, uint32_t server_index, uint3
 }
 
 uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c) {
+  if (c.last_push_ids.size() != c.worker_clocks.size()) {
+    throw std::invalid_argument(path + ": a checkpoint needs one last push id per worker clock (" +
+                                std::to_string(c.last_push_ids.size()) + " for " +
+                                std::to_string(c.worker_clocks.size()) + ")");
+  }
   std::string payload;
   put_array(payload, c.worker_clocks);
+  put_array(payload, c.last_push_ids);
   put<uint32_t>(payload, static_cast<uint32_t>(c.sparse.size()));
   for (const ShardCheckpoint::Sparse& t : c.sparse) {
     put(payload, t.id);
@@ -175,6 +181,12 @@ ShardCheckpoint read_checkpoint(const std::string& path) {
   Cursor r(payload, path);
   c.worker_clocks = r.get_array<int64_t>("worker clocks");
   if (c.worker_clocks.size() != h.num_workers) throw CheckpointError(path + ": checkpoint is inconsistent: worker count");
+  c.last_push_ids = r.get_array<uint64_t>("last push ids");
+  if (c.last_push_ids.size() != h.num_workers) {
+    throw CheckpointError(path + ": checkpoint is inconsistent: last push ids of " +
+                          std::to_string(c.last_push_ids.size()) + " workers, clocks of " +
+                          std::to_string(h.num_workers));
+  }
   const uint32_t n_sparse = r.get<uint32_t>("sparse table count");
   for (uint32_t i = 0; i < n_sparse; ++i) {
     ShardCheckpoint::Sparse t;

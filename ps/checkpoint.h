@@ -10,10 +10,11 @@
 // File (little-endian): a 80-byte header (magic "PFCKPT01", version,
 // server index, servers, workers, job fingerprint, the server's minimum
 // worker clock, the wall time written, payload size, xxHash64 of the
-// payload, the gradient bytes pushed into the shard, xxHash64 of the header), then the workers' clocks and, per table, its
-// id, kind, width, state floats, and either the keys with their values and
-// state (sparse) or the shard's rows, values and state (dense). Written
-// with write_file_atomically: a crash leaves the previous checkpoint.
+// payload, the gradient bytes pushed into the shard, xxHash64 of the
+// header), then the workers' clocks, their last applied push ids and, per
+// table, its id, kind, width, state floats, and either the keys with their
+// values and state (sparse) or the shard's rows, values and state (dense).
+// Written with write_file_atomically: a crash leaves the previous checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@
 
 namespace parafab::ps {
 
-inline constexpr uint32_t kCheckpointVersion = 1;
+inline constexpr uint32_t kCheckpointVersion = 2;  // 2: the workers' last push ids
 
 // A checkpoint that cannot be used; what() names the file and what is wrong.
 class CheckpointError : public std::runtime_error {
@@ -43,6 +44,9 @@ struct ShardCheckpoint {
   // is a server's count at its end minus this.
   uint64_t bytes_pushed = 0;
   std::vector<int64_t> worker_clocks;  // by worker index
+  // By worker index: the request id of the last push applied (0: none). A
+  // push retried after a restore is applied only if it is newer.
+  std::vector<uint64_t> last_push_ids;
   struct Sparse {
     uint32_t id = 0, width = 0, state_floats = 0;
     std::vector<uint64_t> keys;

@@ -19,7 +19,8 @@ Server::Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_
       index_(server_index),
       options_(options),
       range_(map.partition().range(server_index)),
-      clocks_(map.num_workers()) {
+      clocks_(map.num_workers()),
+      last_push_id_(map.num_workers(), 0) {
   for (const TableSchema& t : map.tables) {
     t.validate();
     if (t.kind == TableKind::kSparse) {
@@ -94,6 +95,7 @@ ShardCheckpoint Server::checkpoint() const {
                                                 std::chrono::system_clock::now().time_since_epoch())
                                                 .count());
   c.bytes_pushed = stats_.bytes_pushed_restored + stats_.bytes_pushed;
+  c.last_push_ids = last_push_id_;
   for (uint32_t w = 0; w < clocks_.workers(); ++w) c.worker_clocks.push_back(clocks_.clock(w));
   for (const auto& [id, t] : sparse_) {
     ShardCheckpoint::Sparse s;
@@ -134,6 +136,10 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
     refuse("has the clocks of " + std::to_string(c.worker_clocks.size()) + " workers; this job has " +
            std::to_string(clocks_.workers()));
   }
+  if (c.last_push_ids.size() != clocks_.workers()) {
+    refuse("has the last push ids of " + std::to_string(c.last_push_ids.size()) + " workers; this job has " +
+           std::to_string(clocks_.workers()));
+  }
   if (c.sparse.size() != sparse_.size() || c.dense.size() != dense_.size()) refuse("holds other tables than this shard");
   for (const ShardCheckpoint::Sparse& s : c.sparse) {
     SparseTable* t = sparse_table(s.id);
@@ -162,6 +168,7 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
   }
   last_checkpoint_clock_ = clocks_.min_clock();
   stats_.bytes_pushed_restored = c.bytes_pushed;
+  last_push_id_ = c.last_push_ids;
 }
 
 void Server::handle(const rdma::Message& message) {
@@ -240,9 +247,21 @@ std::string Server::check_request(const rdma::Message& message, const DecodedMes
   return "";
 }
 
+bool Server::is_retried_push(uint32_t worker, uint64_t request_id) {
+  if (request_id == 0) return false;  // a requester that does not number its pushes
+  if (request_id <= last_push_id_[worker]) return true;
+  last_push_id_[worker] = request_id;
+  return false;
+}
+
 void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& d) {
   const WireHeader& h = d.header;
   const uint32_t worker = message.from - map_.num_servers();
+  if ((h.op == Op::kPush || h.op == Op::kDensePush) && is_retried_push(worker, h.request_id)) {
+    ++stats_.duplicate_pushes;
+    reply_header(message.from, h, h.op == Op::kPush ? Op::kPushReply : Op::kDensePushReply);
+    return;
+  }
   switch (h.op) {
     case Op::kPush: {
       const PushResult r = sparse_.at(h.table)->push(d.keys, d.values.data());

@@ -55,6 +55,7 @@ struct ServerStats {
   uint64_t bytes_pushed = 0;           // gradient values applied, this run
   uint64_t bytes_pushed_restored = 0;  // ... before it, as the restored checkpoint says
   uint64_t refused_non_finite = 0;  // keys whose gradient was refused by the updater
+  uint64_t duplicate_pushes = 0;    // retries of pushes already applied: answered, not applied
   uint64_t bad_messages = 0;        // answered with an error
   uint64_t parked = 0;              // pulls parked by the SSP bound, in all
   uint64_t parked_now = 0;
@@ -111,6 +112,9 @@ class Server {
   void reply_error(uint32_t to, uint64_t request_id, const std::string& what);
   void reap_replies(bool all);
   void checkpoint_if_due();
+  // A push whose request id this worker's pushes already passed; else
+  // records the id as the last applied.
+  bool is_retried_push(uint32_t worker, uint64_t request_id);
   // Checks table, kind and sizes; returns an error text or "".
   std::string check_request(const rdma::Message& message, const DecodedMessage& d) const;
 
@@ -124,6 +128,12 @@ class Server {
   // Dense shards registered for one-sided reads (providers with FI_RMA).
   std::map<uint32_t, rdma::MemoryRegion> dense_regions_;
   ClockTable clocks_;
+  // By worker index: the request id of the last push applied. A worker's
+  // requests arrive in the order of their ids (the client numbers and
+  // sends them under one lock; the transport keeps each sender's order),
+  // so a push whose id is not above it is a retry of one already applied:
+  // answered, not applied again.
+  std::vector<uint64_t> last_push_id_;
   std::deque<Parked> parked_;
   // Replies in flight: the transport reads their bytes until the send completes.
   std::deque<std::pair<std::future<rdma::Status>, rdma::ByteBuffer>> in_flight_;

@@ -79,6 +79,10 @@ KvClientStats KvClient::stats() const {
 // on by the receive loop (their buffers live in `p` until then).
 std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p, std::shared_ptr<std::vector<uint64_t>> reply_keys) {
   p->reply_keys_out = std::move(reply_keys);
+  // Numbered and sent under one lock: each server sees this worker's
+  // requests in the order of their ids, which is how it tells a retried
+  // push from a new one (ps::Server).
+  std::unique_lock order(send_mu_);
   p->id = next_request_.fetch_add(1);
   p->deadline = Clock::now() + options_.timeout;
   p->remaining = p->messages.size();
@@ -112,6 +116,7 @@ std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p, std::share
       pending_.erase(raw->id);
     }
   }
+  order.unlock();
   if (done) finish(std::move(done));
   return fut;
 }

@@ -106,6 +106,7 @@ class KvClient {
   KvClientOptions options_;
   std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> next_request_{1};
+  std::mutex send_mu_;  // held from a request's id to its last send (start())
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;

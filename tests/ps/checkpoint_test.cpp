@@ -71,6 +71,7 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   const std::string path = checkpoint_path(dir.path().string(), 0, 1);
   ShardCheckpoint written = a.checkpoint();
   written.bytes_pushed = 123456789012;  // as if that many gradient bytes had come in by message
+  written.last_push_ids = {7, uint64_t{1} << 40};  // and the workers' pushes up to these request ids
   EXPECT_GT(write_checkpoint(path, written), 0u);
   Server b(eb, map, 0, {});
   const ShardCheckpoint back = read_checkpoint(path);
@@ -79,6 +80,9 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   EXPECT_EQ(b.clocks().min_clock(), 7);
   // The restored server counts on from the checkpoint's figure.
   EXPECT_EQ(b.checkpoint().bytes_pushed, 123456789012u);
+  // ... and knows which pushes it holds: a retry of one of them is not applied again.
+  EXPECT_EQ(back.last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
+  EXPECT_EQ(b.checkpoint().last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
   EXPECT_EQ(pull_all(a), pull_all(b));
   // AdaGrad's accumulators and Adam's moments and step came back too: the
   // same next pushes move both servers to the same values.
@@ -151,6 +155,7 @@ TEST(CheckpointTest, SetMeetsAtAClockEveryServerHasAndRefusesOtherTables) {
   c.num_servers = 2;
   c.job_fingerprint = 42;
   c.worker_clocks = {0, 0};
+  c.last_push_ids = {0, 0};
   auto write_at = [&](uint32_t server, int64_t clock) {
     c.server_index = server;
     c.min_clock = clock;

@@ -305,5 +305,51 @@ TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(job.server(0).stats().refused_non_finite, 1u);
 }
 
+// A push sent again with the same request id (a worker retrying after a
+// lost reply) is answered every time and applied once; a later id is
+// applied. Sparse and dense alike; the count of retries is kept.
+TEST(PsExactlyOnce, ARetriedPushIsAnsweredAndAppliedOnce) {
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10)}, {}, /*raw_workers=*/1);
+  job.start();
+  rdma::Endpoint& raw = job.endpoint(2);  // worker 1, numbering its own requests
+  auto exchange = [&](const std::vector<std::byte>& bytes, Op want) {
+    ASSERT_TRUE(raw.send(0, 0, bytes.data(), bytes.size()).get().ok());
+    auto m = raw.receive(std::chrono::seconds(10));
+    ASSERT_TRUE(m) << "no reply";
+    DecodedMessage d;
+    ASSERT_FALSE(decode_message(m->data, WireLimits{}, d));
+    EXPECT_EQ(d.header.op, want) << d.error_text;
+  };
+  const uint64_t key = 42;
+  const std::vector<float> g = {1, 2};
+  const auto push = [&](uint64_t id) {
+    return encode_message(WireHeader{.op = Op::kPush, .table = 0, .sender = 2, .request_id = id}, {&key, 1}, g);
+  };
+  const std::vector<float> dg = {1, 1, 1, 1};  // rows 3 and 4 of the dense table
+  const auto dense_push = [&](uint64_t id) {
+    return encode_message(WireHeader{.op = Op::kDensePush, .table = 1, .sender = 2, .request_id = id},
+                          std::vector<uint64_t>{3, 2}, dg);
+  };
+  exchange(push(5), Op::kPushReply);
+  exchange(push(5), Op::kPushReply);  // the retry: answered, not applied
+  exchange(dense_push(6), Op::kDensePushReply);
+  exchange(dense_push(6), Op::kDensePushReply);
+  exchange(push(4), Op::kPushReply);  // older than the last applied: a retry too
+  std::vector<float> out(2);
+  ASSERT_TRUE(job.worker(0).pull(0, std::vector<uint64_t>{key}, out.data()).get().ok());
+  EXPECT_EQ(out, (std::vector<float>{-1, -2}));  // SGD with rate 1: minus one push
+  std::vector<float> rows(4);
+  ASSERT_TRUE(job.worker(0).dense_pull(1, 3, 2, rows.data()).get().ok());
+  EXPECT_EQ(rows, (std::vector<float>{-1, -1, -1, -1}));
+  exchange(push(9), Op::kPushReply);  // a new one is applied
+  ASSERT_TRUE(job.worker(0).pull(0, std::vector<uint64_t>{key}, out.data()).get().ok());
+  EXPECT_EQ(out, (std::vector<float>{-2, -4}));
+  EXPECT_EQ(job.server(0).stats().duplicate_pushes, 3u);
+  // The other worker's ids are its own: its pushes (ids from 1) are applied.
+  ASSERT_TRUE(job.worker(0).push(0, std::vector<uint64_t>{key}, g).get().ok());
+  ASSERT_TRUE(job.worker(0).pull(0, std::vector<uint64_t>{key}, out.data()).get().ok());
+  EXPECT_EQ(out, (std::vector<float>{-3, -6}));
+}
+
 }  // namespace
 }  // namespace parafab::ps

@@ -124,6 +124,12 @@ class Endpoint {
   // Inserts a peer's address blob. Throws FabricError (call "fi_av_insert")
   // naming the peer and the blob when it is not an address of this provider.
   void add_peer(PeerId peer, std::span<const std::byte> address);
+  // The peer came back as a new process (a restarted server under its old
+  // rank): later sends go to `address`, messages from the old address are
+  // dropped as a stranger's, and both directions' message order starts
+  // afresh. Operations still in flight to the old address end as they
+  // end (an error, or a timeout). Throws as add_peer, and for a peer never added.
+  void replace_peer(PeerId peer, std::span<const std::byte> address);
   bool has_peer(PeerId peer) const;
 
   std::future<Status> send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces);

@@ -185,7 +185,12 @@ struct Endpoint::Impl {
   void drain_locked(PeerOrder& po, std::vector<Message>& ready);
   void sweep_deadlines();
   void repost(size_t slot);
-  int enable_endpoint();  // fi_enable, past a stale shm region of a dead process with our pid
+  int enable_endpoint();
+  // Addresses: throws FabricError naming `who` when the blob is not one of
+  // this provider's; fi_av_insert; the peer's entries in the maps (mu_ held).
+  void check_address_shape(std::span<const std::byte> address, const std::string& who) const;
+  fi_addr_t insert_address(std::span<const std::byte> address, const std::string& who, std::string& name);
+  void map_peer_locked(PeerId peer, fi_addr_t addr, const std::string& name);  // fi_enable, past a stale shm region of a dead process with our pid
   int post_pool_buffer(size_t slot);
 
   // Posting.

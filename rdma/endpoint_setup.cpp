@@ -267,13 +267,10 @@ std::string Endpoint::peer_address_string(PeerId peer) const {
   return impl_->describe_peer_locked(peer);
 }
 
-void Endpoint::add_peer(PeerId peer, std::span<const std::byte> address) {
-  Impl& m = *impl_;
-  const std::string who = "peer " + std::to_string(peer) + ", address blob of " + std::to_string(address.size()) +
-                          " bytes [" + hex_prefix(address) + "], " + m.context();
+void Endpoint::Impl::check_address_shape(std::span<const std::byte> address, const std::string& who) const {
   // libfabric reads as many bytes as its address format needs, whatever the
   // blob's length: check the blob's shape before it sees it.
-  const uint32_t format = m.info->addr_format;
+  const uint32_t format = info->addr_format;
   bool shape_ok = !address.empty();
   if (format == FI_SOCKADDR_IN) {
     sockaddr_in sin{};
@@ -292,25 +289,28 @@ void Endpoint::add_peer(PeerId peer, std::span<const std::byte> address) {
                std::string_view(c).find("://") != std::string_view::npos &&
                std::all_of(c, c + std::strlen(c), [](char ch) { return ch >= 0x20 && ch < 0x7f; });
   } else {
-    shape_ok = address.size() == m.info->src_addrlen;
+    shape_ok = address.size() == info->src_addrlen;
   }
   if (!shape_ok) throw FabricError("fi_av_insert", -FI_EINVAL, who + ": not an address of this provider");
-  {
-    std::lock_guard lock(m.mu_);
-    if (m.peer_addrs.count(peer) != 0) {
-      throw FabricError("fi_av_insert", -FI_EALREADY, who + ": peer already added");
-    }
-  }
+}
+
+// fi_av_insert of one address; mu_ not held (the AV has its own lock).
+fi_addr_t Endpoint::Impl::insert_address(std::span<const std::byte> address, const std::string& who, std::string& name) {
   fi_addr_t addr = FI_ADDR_NOTAVAIL;
-  const int rc = fi_av_insert(m.av.get(), address.data(), 1, &addr, 0, nullptr);
+  const int rc = fi_av_insert(av.get(), address.data(), 1, &addr, 0, nullptr);
   if (rc != 1) throw FabricError("fi_av_insert", rc < 0 ? rc : -FI_EINVAL, who);
-  char name[256] = "";
-  size_t name_len = sizeof name;
-  fi_av_straddr(m.av.get(), address.data(), name, &name_len);
-  std::lock_guard lock(m.mu_);
-  m.peer_addrs[peer] = addr;
-  m.addr_peers[addr] = peer;
-  m.peer_names[peer] = name;
+  char buf[256] = "";
+  size_t len = sizeof buf;
+  fi_av_straddr(av.get(), address.data(), buf, &len);
+  name = buf;
+  return addr;
+}
+
+void Endpoint::Impl::map_peer_locked(PeerId peer, fi_addr_t addr, const std::string& name) {
+  peer_addrs[peer] = addr;
+  addr_peers[addr] = peer;
+  peer_names[peer] = name;
+  shm_pid.erase(peer);
   // fi_shm://PID:... (see lookup_locked).
   constexpr std::string_view kShm = "fi_shm://";
   const std::string_view n(name);
@@ -319,8 +319,48 @@ void Endpoint::add_peer(PeerId peer, std::span<const std::byte> address) {
     const std::string_view digits = n.substr(kShm.size());
     size_t i = 0;
     while (i < digits.size() && digits[i] >= '0' && digits[i] <= '9' && pid < (1L << 31)) pid = pid * 10 + (digits[i++] - '0');
-    if (i > 0 && i < digits.size() && digits[i] == ':' && pid > 0) m.shm_pid[peer] = static_cast<pid_t>(pid);
+    if (i > 0 && i < digits.size() && digits[i] == ':' && pid > 0) shm_pid[peer] = static_cast<pid_t>(pid);
   }
+}
+
+void Endpoint::add_peer(PeerId peer, std::span<const std::byte> address) {
+  Impl& m = *impl_;
+  const std::string who = "peer " + std::to_string(peer) + ", address blob of " + std::to_string(address.size()) +
+                          " bytes [" + hex_prefix(address) + "], " + m.context();
+  m.check_address_shape(address, who);
+  {
+    std::lock_guard lock(m.mu_);
+    if (m.peer_addrs.count(peer) != 0) {
+      throw FabricError("fi_av_insert", -FI_EALREADY, who + ": peer already added");
+    }
+  }
+  std::string name;
+  const fi_addr_t addr = m.insert_address(address, who, name);
+  std::lock_guard lock(m.mu_);
+  m.map_peer_locked(peer, addr, name);
+}
+
+void Endpoint::replace_peer(PeerId peer, std::span<const std::byte> address) {
+  Impl& m = *impl_;
+  const std::string who = "peer " + std::to_string(peer) + ", new address blob of " + std::to_string(address.size()) +
+                          " bytes [" + hex_prefix(address) + "], " + m.context();
+  m.check_address_shape(address, who);
+  {
+    std::lock_guard lock(m.mu_);
+    if (m.peer_addrs.count(peer) == 0) throw FabricError("fi_av_insert", -FI_EINVAL, who + ": peer was never added");
+  }
+  std::string name;
+  const fi_addr_t addr = m.insert_address(address, who, name);
+  fi_addr_t old = FI_ADDR_NOTAVAIL;
+  {
+    std::lock_guard lock(m.mu_);
+    old = m.peer_addrs.at(peer);
+    m.addr_peers.erase(old);  // what still comes from the old address is from a stranger now
+    m.map_peer_locked(peer, addr, name);
+    // A new process numbers its messages from 0, and expects ours from 0.
+    m.order.erase(peer);
+  }
+  if (old != addr) (void)fi_av_remove(m.av.get(), &old, 1, 0);
 }
 
 bool Endpoint::has_peer(PeerId peer) const {

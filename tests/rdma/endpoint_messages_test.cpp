@@ -282,6 +282,52 @@ TEST_P(EndpointPerProvider, SendToAPeerNeverAddedIsInvalidArgument) {
   EXPECT_NE(s.message().find("peer 42"), std::string::npos) << s.message();
 }
 
+TEST_P(EndpointPerProvider, AReplacedPeerIsReachedAtItsNewAddressInOrder) {
+  EndpointOptions o = options_for(GetParam());
+  Endpoint a(o);
+  auto old_b = std::make_unique<Endpoint>(o);
+  a.add_peer(1, old_b->address());
+  old_b->add_peer(0, a.address());
+  // Some messages each way first, so both sides' message numbers have moved on.
+  for (uint64_t m = 0; m < 3; ++m) {
+    const auto p = pattern(0, m, 1000);
+    ASSERT_TRUE(a.send(1, m, p.data(), p.size()).get().ok());
+    ASSERT_TRUE(old_b->receive(std::chrono::seconds(10)));
+    ASSERT_TRUE(old_b->send(0, m, p.data(), p.size()).get().ok());
+    ASSERT_TRUE(a.receive(std::chrono::seconds(10)));
+  }
+  old_b.reset();  // the peer's process ends
+  Endpoint new_b(o);  // ... and a new one takes its rank
+  EXPECT_THROW(a.replace_peer(7, new_b.address()), FabricError);  // never added
+  a.replace_peer(1, new_b.address());
+  new_b.add_peer(0, a.address());
+  EXPECT_NE(a.peer_address_string(1).find(new_b.address_string()), std::string::npos) << a.peer_address_string(1);
+  // Both directions, several messages, large ones too: every byte, in order.
+  const std::vector<size_t> sizes = {1, 4 * kKiB, 300 * kKiB, 7};
+  for (uint64_t m = 0; m < sizes.size(); ++m) {
+    const auto p = pattern(0, 100 + m, sizes[m]);
+    ASSERT_TRUE(a.send(1, 100 + m, p.data(), p.size()).get().ok());
+  }
+  for (uint64_t m = 0; m < sizes.size(); ++m) {
+    auto got = new_b.receive(std::chrono::seconds(20));
+    ASSERT_TRUE(got) << "message " << m << " did not reach the new peer";
+    EXPECT_EQ(got->from, 0u);
+    EXPECT_EQ(got->tag, 100 + m);
+    EXPECT_EQ(first_mismatch(got->data, 0, 100 + m, sizes[m]), -1);
+  }
+  for (uint64_t m = 0; m < sizes.size(); ++m) {
+    const auto p = pattern(1, 200 + m, sizes[m]);
+    ASSERT_TRUE(new_b.send(0, 200 + m, p.data(), p.size()).get().ok());
+  }
+  for (uint64_t m = 0; m < sizes.size(); ++m) {
+    auto got = a.receive(std::chrono::seconds(20));
+    ASSERT_TRUE(got) << "message " << m << " from the new peer did not arrive";
+    EXPECT_EQ(got->from, 1u);
+    EXPECT_EQ(got->tag, 200 + m);
+    EXPECT_EQ(first_mismatch(got->data, 1, 200 + m, sizes[m]), -1);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, EndpointPerProvider, ::testing::Values("tcp;ofi_rxm", "shm"),
                          [](const auto& info) { return info.param == "shm" ? std::string("shm") : std::string("tcp_rxm"); });
 

@@ -43,6 +43,16 @@ void add_worker_failure_flag(CLI::App* cmd, std::string& policy) {
       ->capture_default_str();
 }
 
+void add_server_rejoin_flag(CLI::App* cmd, double& seconds, const std::string& more) {
+  cmd->add_option("--server-rejoin-timeout", seconds,
+                  "Seconds a dead server's rank waits for a server to rejoin under it (parafab server --recover "
+                  "--rank R, from its checkpoint; the workers send it their unanswered requests again); past it "
+                  "the job stops. 0: no rejoin" +
+                      more)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
 std::vector<std::string> CheckpointFlags::server_args() const {
   if (dir.empty()) return {};
   return {"--checkpoint-dir", dir, "--checkpoint-interval", fmt::format("{}", interval_s), "--checkpoint-clocks",

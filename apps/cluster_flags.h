@@ -37,6 +37,8 @@ struct ClusterFlags {
 void add_cluster_flags(CLI::App* cmd, ClusterFlags& flags);
 // The job's worker-failure policy (scheduler, node, launch): fail or continue.
 void add_worker_failure_flag(CLI::App* cmd, std::string& policy);
+// --server-rejoin-timeout S, for scheduler, node and launch.
+void add_server_rejoin_flag(CLI::App* cmd, double& seconds, const std::string& more = "");
 
 // The servers' checkpoint flags, as node and launch take them and pass them
 // on to parafab server.

@@ -20,6 +20,20 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
   co.host_name = this_host_name();
   co.fabric_address = node.endpoint->address();
   co.on_node_dead = std::move(on_node_dead);
+  node.rejoin_target->endpoint = node.endpoint.get();
+  // Only workers talk to servers: a server has nothing to update.
+  if (role == ps::Role::kWorker) co.on_node_rejoined = [target = node.rejoin_target](const ps::NodeInfo& n) {
+    std::lock_guard lock(target->mu);
+    try {
+      if (target->kv != nullptr) {
+        target->kv->server_rejoined(n.rank, n.fabric_address);
+      } else {
+        target->endpoint->replace_peer(n.rank, n.fabric_address);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "server %u rejoined at an address this node cannot use: %s\n", n.role_rank, e.what());
+    }
+  };
   co.requested_role_rank = flags.role_rank;
   co.tables = std::move(tables);
   co.resume_dir = std::move(resume_dir);
@@ -36,8 +50,25 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
                            node.map->num_workers(), node.endpoint->provider().provider,
                            node.endpoint->address_string())
                    .c_str());
-  node.client->barrier("fabric-ready", join_timeout(flags));
+  // A server back in a running job: the others passed this barrier long
+  // ago; the workers may send to it now that it knows them.
+  if (node.map->rejoin) {
+    node.client->rejoin_ready();
+  } else {
+    node.client->barrier("fabric-ready", join_timeout(flags));
+  }
   return node;
+}
+
+std::shared_ptr<void> ClusterNode::attach(worker::KvClient& kv) {
+  {
+    std::lock_guard lock(rejoin_target->mu);
+    rejoin_target->kv = &kv;
+  }
+  return std::shared_ptr<void>(nullptr, [target = rejoin_target](void*) {
+    std::lock_guard lock(target->mu);
+    target->kv = nullptr;
+  });
 }
 
 }  // namespace parafab::apps

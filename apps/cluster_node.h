@@ -11,8 +11,17 @@
 #include "apps/cluster_flags.h"
 #include "ps/scheduler_client.h"
 #include "rdma/endpoint.h"
+#include "worker/kv_client.h"
 
 namespace parafab::apps {
+
+// Where a worker's notice that a server rejoined goes: its KV client once
+// one is attached, else straight to the endpoint.
+struct RejoinTarget {
+  std::mutex mu;
+  rdma::Endpoint* endpoint = nullptr;
+  worker::KvClient* kv = nullptr;
+};
 
 struct ClusterNode {
   std::unique_ptr<rdma::Endpoint> endpoint;
@@ -20,6 +29,11 @@ struct ClusterNode {
   const ps::ClusterMap* map = nullptr;
   uint32_t rank = 0;
   uint32_t role_rank = 0;
+  std::shared_ptr<RejoinTarget> rejoin_target = std::make_shared<RejoinTarget>();
+
+  // A worker's KV client hears of rejoined servers until the returned
+  // handle goes (declare it after the client, so it goes first).
+  [[nodiscard]] std::shared_ptr<void> attach(worker::KvClient& kv);
 };
 
 // Throws with the scheduler's or the fabric's reason.

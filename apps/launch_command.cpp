@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -67,7 +68,8 @@ struct LaunchFlags {
   double heartbeat_timeout_s = 10;
   std::string on_worker_failure = "fail";
   CheckpointFlags checkpoints;  // the servers'
-  int restart_failed = 0;  // whole-job restarts from the checkpoint set
+  int restart_failed = 0;  // whole-job restarts from the checkpoint set (or, with rejoin, of a server)
+  double server_rejoin_timeout_s = 0;
   std::vector<std::string> command;
   // --hostfile mode only (ssh):
   std::string hostfile;
@@ -110,6 +112,15 @@ void validate(LaunchFlags& f) {
   (void)ps::ConsistencyModel::parse(f.consistency);
   for (const std::string& spec : f.tables) (void)parse_table_spec(spec);
   f.checkpoints.validate();
+  if (f.server_rejoin_timeout_s < 0) {
+    throw std::invalid_argument(fmt::format("--server-rejoin-timeout {}: must be >= 0", f.server_rejoin_timeout_s));
+  }
+  if (f.server_rejoin_timeout_s > 0 && f.checkpoints.dir.empty()) {
+    throw std::invalid_argument("--server-rejoin-timeout needs --checkpoint-dir (a server rejoins from its checkpoint)");
+  }
+  if (f.server_rejoin_timeout_s > 0 && !f.hostfile.empty()) {
+    throw std::invalid_argument("--server-rejoin-timeout: for local jobs (not yet under --hostfile)");
+  }
   if (f.restart_failed > 0 && f.checkpoints.dir.empty()) {
     throw std::invalid_argument("--restart-failed needs --checkpoint-dir (the job restarts from its checkpoints)");
   }
@@ -401,7 +412,8 @@ class Launch {
     std::vector<std::string> sched = {
         self,     "scheduler", "--servers",   std::to_string(f_.servers), "--workers",      std::to_string(f_.workers),
         "--port", "0",         "--port-file", dir.port_file(),           "--join-timeout", join,
-        "--heartbeat-timeout", fmt::format("{}", f_.heartbeat_timeout_s), "--on-worker-failure", f_.on_worker_failure};
+        "--heartbeat-timeout", fmt::format("{}", f_.heartbeat_timeout_s), "--on-worker-failure", f_.on_worker_failure,
+        "--server-rejoin-timeout", fmt::format("{}", f_.server_rejoin_timeout_s)};
     for (const std::string& t : f_.tables) {
       sched.push_back("--table");
       sched.push_back(t);
@@ -415,9 +427,12 @@ class Launch {
 
     std::vector<std::string> server_argv = {self, "server", "--consistency", f_.consistency, "--join-timeout", join};
     for (const std::string& a : f_.checkpoints.server_args()) server_argv.push_back(a);
+    server_argv_ = server_argv;
+    server_env_ = env;
+    server_child_.clear();
     for (int i = 0; i < f_.servers; ++i) {
-      group_.start(fmt::format("server {}", i), server_argv,
-                   with(env, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", i)}));
+      server_child_[group_.start(fmt::format("server {}", i), server_argv,
+                                 with(env, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", i)}))] = i;
     }
     std::vector<std::string> worker_env = env;
     if (resume) worker_env.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoints.dir);
@@ -533,11 +548,34 @@ class Launch {
                           end_of(i)));
           continue;
         }
+        if (const auto s = server_child_.find(i);
+            s != server_child_.end() && f_.server_rejoin_timeout_s > 0 && server_restarts_ < f_.restart_failed) {
+          ++server_restarts_;
+          say(fmt::format("{} failed: {}; starting it again under its rank from its checkpoint (server restart {} of "
+                          "{}); the job goes on",
+                          who(i), end_of(i), server_restarts_, f_.restart_failed));
+          std::vector<std::string> argv = server_argv_;
+          argv.push_back("--recover");
+          const int rank = s->second;
+          server_child_[group_.start(fmt::format("server {}", rank), argv,
+                                     with(server_env_, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", rank)}))] =
+              rank;
+          continue;
+        }
         say(fmt::format("{} failed: {}", who(i), end_of(i)));
         failed = true;
         restartable_ = true;  // any process but a worker let go under continue
       }
       if (failed) {
+        // A death takes others down within moments (the scheduler stops
+        // the job when a worker dies): name every process that has ended,
+        // so the first cause is in the log whichever was reaped first.
+        const auto settle = Clock::now() + milliseconds(300);
+        for (auto now = Clock::now(); now < settle && group_.running() > 0; now = Clock::now()) {
+          for (const size_t i : group_.wait(std::chrono::duration_cast<milliseconds>(settle - now) + milliseconds(1))) {
+            if (!group_.child(i).succeeded()) say(fmt::format("{} failed: {}", who(i), end_of(i)));
+          }
+        }
         stop_all();
         return 1;
       }
@@ -577,6 +615,10 @@ class Launch {
 
   LaunchFlags f_;
   int lost_workers_ = 0;  // workers that failed under --on-worker-failure continue
+  // Local servers, to start one again under its rank (--server-rejoin-timeout with --restart-failed).
+  std::vector<std::string> server_argv_, server_env_;
+  std::map<size_t, int> server_child_;  // child index -> server rank
+  int server_restarts_ = 0;
   bool restartable_ = false;  // this run ended with a failed process (--restart-failed may start it again)
   // Destroyed in reverse: the ssh sessions' stdin closes first (the remote
   // processes begin to stop), then the children are killed and reaped
@@ -620,6 +662,9 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
+  add_server_rejoin_flag(cmd, f->server_rejoin_timeout_s,
+                         "; with --restart-failed N (local jobs), launch starts a dead server again itself, up to N "
+                         "times, and the job goes on");
   add_checkpoint_flags(cmd, f->checkpoints,
                        "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir; under --hostfile "
                        "on storage every host sees); train --resume DIR starts a job from them");

@@ -18,7 +18,7 @@ struct SchedulerFlags {
   uint32_t servers = 1, workers = 1;
   std::string token_file, port_file;
   std::vector<std::string> tables;
-  double join_timeout_s = 60, heartbeat_timeout_s = 10;
+  double join_timeout_s = 60, heartbeat_timeout_s = 10, server_rejoin_timeout_s = 0;
   std::string on_worker_failure = "fail";
 };
 
@@ -38,6 +38,7 @@ int run_scheduler(const SchedulerFlags& f) {
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.join_timeout_s * 1000));
   o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.heartbeat_timeout_s * 1000));
   o.on_worker_failure = ps::parse_worker_failure_policy(f.on_worker_failure);
+  o.server_rejoin_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.server_rejoin_timeout_s * 1000));
   ps::Scheduler scheduler(std::move(o));
   std::fprintf(stderr, "%s\n",
                fmt::format("scheduler listening on {}:{} for {} servers and {} workers, job {:016x}, token {}",
@@ -80,6 +81,7 @@ void add_scheduler_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s, "Seconds of silence before a node is declared dead")
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
+  add_server_rejoin_flag(cmd, f->server_rejoin_timeout_s);
   cmd->callback([f, &ctx] { ctx.exit_code = run_guarded("scheduler", [&] { return run_scheduler(*f); }); });
 }
 

@@ -40,6 +40,30 @@ void restore_from(ps::Server& srv, const std::string& dir, uint32_t index, uint3
                    .c_str());
 }
 
+// A server rejoining a running job under its rank: its own newest
+// checkpoint (the one before when that is damaged), with its workers'
+// clocks as they were; the workers then send theirs.
+void restore_own(ps::Server& srv, const std::string& dir, uint32_t index, uint32_t servers) {
+  const std::string path = ps::checkpoint_path(dir, index, servers);
+  std::string first_error;
+  for (const std::string& p : {path, path + ".prev"}) {
+    try {
+      const ps::ShardCheckpoint c = ps::read_checkpoint(p);
+      srv.restore(c, p, ps::Server::kCheckpointClocks);
+      std::fprintf(stderr, "%s\n",
+                   fmt::format("server {}: rejoined the running job, restored from {} ({:.1f} MB, minimum worker "
+                               "clock {}, {} gradient bytes pushed into it); the updates since then are lost",
+                               index, p, c.bytes / 1e6, c.min_clock, c.bytes_pushed)
+                       .c_str());
+      return;
+    } catch (const ps::CheckpointError& e) {
+      if (first_error.empty()) first_error = e.what();
+      std::fprintf(stderr, "server %u: passed over %s\n", index, e.what());
+    }
+  }
+  throw ps::CheckpointError("rejoining the job needs this server's checkpoint: " + first_error);
+}
+
 int run_server(ServerFlags f) {
   resolve_cluster_flags(f.cluster);
   ps::ServerOptions so;
@@ -62,7 +86,13 @@ int run_server(ServerFlags f) {
   ps::Server srv(*node.endpoint, *node.map, node.role_rank, so);
   // The job's workers asked to resume (train --resume DIR), or this server
   // was started to recover its own last checkpoint.
-  if (!node.map->resume_dir.empty()) {
+  if (node.map->rejoin) {
+    if (f.checkpoints.dir.empty()) {
+      throw std::invalid_argument("server " + std::to_string(node.role_rank) +
+                                  " rejoins a running job: it needs --checkpoint-dir (its last checkpoint)");
+    }
+    restore_own(srv, f.checkpoints.dir, node.role_rank, node.map->num_servers());
+  } else if (!node.map->resume_dir.empty()) {
     restore_from(srv, node.map->resume_dir, node.role_rank, node.map->num_servers());
   } else if (f.recover) {
     restore_from(srv, f.checkpoints.dir, node.role_rank, node.map->num_servers());
@@ -95,10 +125,11 @@ int run_server(ServerFlags f) {
   const ps::ServerStats st = srv.stats();
   std::fprintf(stderr, "%s\n",
                fmt::format("server {}: {} pushes ({} keys), {} pulls ({} keys), {} clocks, {} parked, {} bad "
-                           "messages{}, {} non-finite gradients refused; max staleness {}",
+                           "messages{}, {} non-finite gradients refused, {} retried pushes answered without applying "
+                           "them again; max staleness {}",
                            node.role_rank, st.pushes, st.keys_pushed, st.pulls, st.keys_pulled, st.clocks, st.parked,
                            st.bad_messages, st.last_error.empty() ? "" : " (last: " + st.last_error + ")",
-                           st.refused_non_finite, st.staleness.max_seen())
+                           st.refused_non_finite, st.duplicate_pushes, st.staleness.max_seen())
                    .c_str());
   // With checkpoints, what a restart from one of them would lose: the bytes
   // since it (checkpoint.h).

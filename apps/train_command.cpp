@@ -32,6 +32,15 @@
 namespace parafab::apps {
 namespace {
 
+// Servers that came back under their rank during the job, and what this
+// worker sent them again.
+void report_rejoins(uint32_t w, const worker::KvClientStats& st) {
+  if (st.rejoins == 0) return;
+  std::fprintf(stderr, "worker %u: %llu server rejoin%s; %llu unanswered request%s sent again\n", w,
+               static_cast<unsigned long long>(st.rejoins), st.rejoins == 1 ? "" : "s",
+               static_cast<unsigned long long>(st.resent), st.resent == 1 ? "" : "s");
+}
+
 struct TrainFlags {
   std::string train, test, model = "lr", optimizer = "adagrad", cache, predictions, save_model, planted;
   std::string resume;  // a checkpoint set's directory
@@ -320,6 +329,7 @@ int run_distributed_train(TrainFlags flags) {
     throw std::invalid_argument("the job's table 0 is not a sparse table of width 1: a linear model needs one");
   }
   worker::KvClient kv(*node.endpoint, *node.map, node.role_rank);
+  const auto attached = node.attach(kv);
   worker::DistributedTrainOptions dopt;
   dopt.skip_clocks = resume_clock(flags.resume, node, kv);
   dopt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
@@ -377,6 +387,7 @@ int run_distributed_train(TrainFlags flags) {
   std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests\n", w,
                train_s > 0 ? static_cast<double>(my_examples) / train_s : 0.0, st.push_bytes / 1e6,
                st.pull_bytes / 1e6, static_cast<unsigned long long>(st.requests));
+  report_rejoins(w, st);
   node.client->done();
   (void)node.client->wait_for_shutdown(join_timeout(flags.cluster));
   return 0;
@@ -471,6 +482,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   }
   std::optional<ClusterNode> node;
   std::unique_ptr<worker::KvClient> kv;
+  std::shared_ptr<void> attached;  // kv hears of rejoined servers (goes before it)
   std::unique_ptr<worker::ParameterStore> store;
   uint32_t w = 0, workers = 1;
   uint64_t skip_clocks = 0;
@@ -486,6 +498,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
       }
     }
     kv = std::make_unique<worker::KvClient>(*node->endpoint, *node->map, node->role_rank);
+    attached = node->attach(*kv);
     skip_clocks = resume_clock(flags.resume, *node, *kv);
     store = std::make_unique<worker::RemoteStore>(*kv, *node->map);
     w = node->role_rank;
@@ -613,6 +626,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                  "[0..%zu]: %s; mean step scale %.3f\n",
                  w, eps, ks.push_bytes / 1e6, ks.pull_bytes / 1e6, static_cast<unsigned long long>(ks.requests), last,
                  hist.c_str(), st.mean_scale);
+    report_rejoins(w, ks);
     // Nodes the scheduler declared dead during the job, by rank.
     std::string dead;
     for (const uint32_t r : node->client->dead_ranks()) dead += (dead.empty() ? "" : ", ") + std::to_string(r);

@@ -8,6 +8,7 @@
 //   uint32_t server_index = map.partition().server_of(key);   // map.servers[server_index]
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,6 +38,11 @@ struct ClusterMap {
   // Where the servers load their shards from (a job resumed from its
   // checkpoint set, ps/checkpoint.h); empty: a fresh start.
   std::string resume_dir;
+  // How long the scheduler waits for a dead server to come back under its
+  // rank (0: it does not).
+  std::chrono::milliseconds server_rejoin_timeout{0};
+  // This server rejoined a running job (its copy of the map only).
+  bool rejoin = false;
 
   uint32_t num_servers() const { return static_cast<uint32_t>(servers.size()); }
   uint32_t num_workers() const { return static_cast<uint32_t>(workers.size()); }

@@ -201,6 +201,8 @@ std::string body_name(const proto::Envelope& m) {
     case proto::Envelope::kDone: return "done";
     case proto::Envelope::kShutdown: return "shutdown";
     case proto::Envelope::kNodeDead: return "node_dead";
+    case proto::Envelope::kNodeRejoined: return "node_rejoined";
+    case proto::Envelope::kRejoinReady: return "rejoin_ready";
     case proto::Envelope::kError: return "error";
     case proto::Envelope::BODY_NOT_SET: break;
   }
@@ -323,6 +325,8 @@ void to_proto(const ClusterMap& map, proto::ClusterMap* out) {
   for (const NodeInfo& w : map.workers) to_proto(w, out->add_workers());
   for (const TableSchema& t : map.tables) to_proto(t, out->add_tables());
   out->set_resume_dir(map.resume_dir);
+  out->set_server_rejoin_timeout_ms(static_cast<uint64_t>(map.server_rejoin_timeout.count()));
+  out->set_rejoin(map.rejoin);
 }
 
 ClusterMap from_proto(const proto::ClusterMap& m) {
@@ -362,6 +366,12 @@ ClusterMap from_proto(const proto::ClusterMap& m) {
   }
   check_size("cluster map: resume_dir", m.resume_dir().size(), 0, kMaxResumeDirBytes);
   map.resume_dir = m.resume_dir();
+  if (m.server_rejoin_timeout_ms() > kMaxRejoinTimeoutMs) {
+    fail("cluster map: server rejoin timeout " + std::to_string(m.server_rejoin_timeout_ms()) + " ms is over " +
+         std::to_string(kMaxRejoinTimeoutMs));
+  }
+  map.server_rejoin_timeout = std::chrono::milliseconds(m.server_rejoin_timeout_ms());
+  map.rejoin = m.rejoin();
   return map;
 }
 

@@ -39,6 +39,7 @@ namespace parafab::ps {
 inline constexpr uint32_t kControlProtocolVersion = 1;
 inline constexpr size_t kMaxControlFrameBytes = 64u << 20;
 inline constexpr size_t kMaxResumeDirBytes = 4096;  // a path
+inline constexpr uint64_t kMaxRejoinTimeoutMs = uint64_t{7} * 24 * 3600 * 1000;  // a week
 // Before a peer has registered it gets no more than this per frame (a
 // Register is a few KiB), so a stranger cannot make the scheduler allocate
 // 64 MiB per connection.

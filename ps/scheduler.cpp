@@ -32,6 +32,7 @@ struct Conn {
   bool dead = false;
   bool done = false;
   bool refused = false;  // answered with an error and closing
+  bool rejoining = false;  // a server back under a dead one's rank, not yet announced
   Role role = Role::kWorker;
   uint32_t role_rank = 0;
   uint32_t rank = 0;
@@ -66,6 +67,8 @@ struct Scheduler::Impl {
   };
   std::map<std::string, Barrier> barriers;
   bool map_sent = false;
+  ClusterMap map;  // as sent, with every rejoined server's new address
+  std::map<uint32_t, Clock::time_point> rejoin_deadlines;  // dead servers' slots, by role rank
   bool tables_from_workers = false;  // opt.tables came from the first worker that brought some
   std::string resume_dir;            // from the first worker that brought one
   bool finishing = false;
@@ -74,7 +77,7 @@ struct Scheduler::Impl {
 
   struct {
     std::atomic<uint64_t> joined{0}, auth_failures{0}, malformed_frames{0}, invalid_messages{0},
-        unauthenticated_messages{0}, refused_full{0}, auth_timeouts{0}, dead_nodes{0};
+        unauthenticated_messages{0}, refused_full{0}, auth_timeouts{0}, dead_nodes{0}, rejoined{0};
   } counters;
 
   explicit Impl(SchedulerOptions o) : opt(std::move(o)) {}
@@ -177,6 +180,20 @@ struct Scheduler::Impl {
           check_barriers();
           return;
         }
+        case proto::Envelope::kRejoinReady: {
+          if (!c.rejoining) {
+            invalid(c, proto::ERROR_PROTOCOL, "rejoin_ready from " + c.describe() + ", which did not rejoin");
+            return;
+          }
+          c.rejoining = false;
+          proto::Envelope back;
+          to_proto(map.servers[c.role_rank], back.mutable_node_rejoined()->mutable_node());
+          for_each_live([&](const Conn& n) {
+            if (&n != &c) n.channel->send(back);
+          });
+          spdlog::info("scheduler: {} is ready again; the other nodes are told", c.describe());
+          return;
+        }
         case proto::Envelope::kDone:
           if (!c.done) spdlog::info("scheduler: {} is done", c.describe());
           c.done = true;
@@ -230,6 +247,10 @@ struct Scheduler::Impl {
       return;
     }
     auto& role_slots = slots(role);
+    if (map_sent && role == Role::kServer && opt.server_rejoin_timeout.count() > 0) {
+      rejoin(c, reg);
+      return;
+    }
     auto vacant = std::find(role_slots.begin(), role_slots.end(), nullptr);
     if (const uint32_t asked = reg.requested_role_rank_plus_one(); asked != 0 && !map_sent) {
       const uint32_t want = asked - 1;
@@ -289,7 +310,13 @@ struct Scheduler::Impl {
     *vacant = conns.at(c.id);
     c.channel->set_max_frame_bytes(opt.max_frame_bytes);
     ++counters.joined;
+    welcome(c, reg);
+    spdlog::info("scheduler: {} joined from {} ({} of {} servers, {} of {} workers)", c.describe(), c.peer,
+                 joined_count(Role::kServer), opt.num_servers, joined_count(Role::kWorker), opt.num_workers);
+    maybe_broadcast_map();
+  }
 
+  void welcome(Conn& c, const proto::Register& reg) {
     proto::Envelope w;
     w.mutable_welcome()->set_job_id(job_id);
     w.mutable_welcome()->set_rank(c.rank);
@@ -298,9 +325,53 @@ struct Scheduler::Impl {
         hmac_sha256(*opt.token, welcome_mac_input(job_id, c.nonce, reg.client_nonce(), c.rank, c.role_rank));
     w.mutable_welcome()->set_scheduler_mac(reinterpret_cast<const char*>(proof.data()), proof.size());
     c.channel->send(w);
-    spdlog::info("scheduler: {} joined from {} ({} of {} servers, {} of {} workers)", c.describe(), c.peer,
-                 joined_count(Role::kServer), opt.num_servers, joined_count(Role::kWorker), opt.num_workers);
-    maybe_broadcast_map();
+  }
+
+  // A server registering after the map (its token checked): it takes the
+  // slot of the dead server whose rank it asks for.
+  void rejoin(Conn& c, const proto::Register& reg) {
+    const uint32_t asked = reg.requested_role_rank_plus_one();
+    std::string why;
+    if (asked == 0) {
+      why = "the job is running: a server joins it again only under the rank of a dead one (--rank)";
+    } else if (asked - 1 >= servers.size()) {
+      why = "server rank " + std::to_string(asked - 1) + " is out of range (the job has " +
+            std::to_string(servers.size()) + ")";
+    } else if (!servers[asked - 1]->dead) {
+      why = "server " + std::to_string(asked - 1) + " is alive; only a dead server's rank can be taken again";
+    } else if (!reg.tables().empty() || !reg.resume_dir().empty()) {
+      why = "only workers bring tables or a resume directory";
+    }
+    if (!why.empty()) {
+      ++counters.refused_full;
+      const std::string text = "server on host " + reg.host() + " refused: " + why;
+      spdlog::warn("scheduler: {}", text);
+      refuse(c, proto::ERROR_ROLE_FULL, text);
+      return;
+    }
+    const uint32_t r = asked - 1;
+    c.joined = true;
+    c.role = Role::kServer;
+    c.role_rank = r;
+    c.rank = r;
+    c.host = reg.host();
+    const auto* p = reinterpret_cast<const std::byte*>(reg.fabric_address().data());
+    c.fabric_address.assign(p, p + reg.fabric_address().size());
+    servers[r] = conns.at(c.id);
+    rejoin_deadlines.erase(r);
+    c.channel->set_max_frame_bytes(opt.max_frame_bytes);
+    ++counters.joined;
+    ++counters.rejoined;
+    welcome(c, reg);
+    map.servers[r].host = c.host;
+    map.servers[r].fabric_address = c.fabric_address;
+    ClusterMap theirs = map;
+    theirs.rejoin = true;
+    proto::Envelope m;
+    to_proto(theirs, m.mutable_cluster_map());
+    c.channel->send(m);
+    c.rejoining = true;  // the others hear of it once it is ready (rejoin_ready)
+    spdlog::info("scheduler: {} rejoined from {}", c.describe(), c.peer);
   }
 
   uint32_t joined_count(Role r) {
@@ -341,7 +412,6 @@ struct Scheduler::Impl {
     if (joined_count(Role::kServer) < opt.num_servers || joined_count(Role::kWorker) < opt.num_workers) return;
     map_sent = true;
     join_timer.cancel();
-    ClusterMap map;
     map.job_id = job_id;
     auto info = [](const Conn& c) {
       return NodeInfo{.role = c.role, .rank = c.rank, .role_rank = c.role_rank, .host = c.host,
@@ -351,6 +421,7 @@ struct Scheduler::Impl {
     for (const auto& w : workers) map.workers.push_back(info(*w));
     map.tables = opt.tables;
     map.resume_dir = resume_dir;
+    map.server_rejoin_timeout = opt.server_rejoin_timeout;
     proto::Envelope m;
     to_proto(map, m.mutable_cluster_map());
     for (const auto& s : servers) s->channel->send(m);
@@ -420,6 +491,11 @@ struct Scheduler::Impl {
     d->set_host(c.host);
     d->set_reason(reason.substr(0, kMaxReasonBytes));
     for_each_live([&](const Conn& n) { n.channel->send(m); });
+    if (c.role == Role::kServer && opt.server_rejoin_timeout.count() > 0) {
+      rejoin_deadlines[c.role_rank] = Clock::now() + opt.server_rejoin_timeout;
+      spdlog::warn("scheduler: waiting up to {} for server {} to rejoin (parafab server --recover --rank {})",
+                   ms(opt.server_rejoin_timeout), c.role_rank, c.role_rank);
+    }
     if (c.role == Role::kWorker && !c.done && opt.on_worker_failure == SchedulerOptions::OnWorkerFailure::kFail) {
       const std::string text = c.describe() + " died before it was done (" + reason +
                                "); the job stops (--on-worker-failure fail)";
@@ -524,6 +600,13 @@ struct Scheduler::Impl {
     for (const auto& c : silent) {
       declare_dead(*c, "no heartbeat for " + ms(std::chrono::duration_cast<std::chrono::milliseconds>(now - c->last_seen)));
     }
+    for (const auto& [r, deadline] : rejoin_deadlines) {
+      if (now < deadline || finishing) continue;
+      const std::string text = "server " + std::to_string(r) + " died and did not rejoin within " +
+                               ms(opt.server_rejoin_timeout) + "; the job stops";
+      finish(make_error(proto::ERROR_NODE_FAILED, text), text, text);
+      return;
+    }
     schedule_sweep();
   }
 
@@ -609,7 +692,8 @@ SchedulerStats Scheduler::stats() const {
                         .unauthenticated_messages = c.unauthenticated_messages,
                         .refused_full = c.refused_full,
                         .auth_timeouts = c.auth_timeouts,
-                        .dead_nodes = c.dead_nodes};
+                        .dead_nodes = c.dead_nodes,
+                        .rejoined = c.rejoined};
 }
 
 }  // namespace parafab::ps

@@ -52,6 +52,13 @@ struct SchedulerOptions {
   // gets an error naming it, run() throws); kContinue lets the others go on
   // (it leaves barriers and the servers' SSP minimum).
   enum class OnWorkerFailure { kFail, kContinue } on_worker_failure = OnWorkerFailure::kFail;
+  // A server that dies after the map: with 0 the job goes on without it
+  // (its workers' requests fail); else its slot waits this long for a
+  // server that registers asking for its rank (parafab server --recover
+  // --rank R). That one gets the map with `rejoin` set, every other node a
+  // NodeRejoined with its new address; if none comes in time the job stops
+  // with ERROR_NODE_FAILED naming it.
+  std::chrono::milliseconds server_rejoin_timeout{0};
 };
 
 // "fail" or "continue"; throws std::invalid_argument naming the text.
@@ -73,6 +80,7 @@ struct SchedulerStats {
   uint64_t refused_full = 0;         // registrations when the role was full
   uint64_t auth_timeouts = 0;        // connections that never registered
   uint64_t dead_nodes = 0;           // joined nodes declared dead
+  uint64_t rejoined = 0;             // dead servers back under their rank
 };
 
 class Scheduler {

@@ -163,6 +163,7 @@ struct SchedulerClient::Impl {
         return;
       }
       case proto::Envelope::kNodeDead: return on_node_dead(m.node_dead());
+      case proto::Envelope::kNodeRejoined: return on_node_rejoined(m.node_rejoined());
       case proto::Envelope::kShutdown: {
         {
           std::lock_guard lock(mu);
@@ -266,6 +267,25 @@ struct SchedulerClient::Impl {
                  n.host, d.reason());
     cv.notify_all();
     if (opt.on_node_dead) opt.on_node_dead(n, d.reason());
+  }
+
+  void on_node_rejoined(const proto::NodeRejoined& r) {
+    const NodeInfo n = from_proto(r.node());
+    {
+      std::lock_guard lock(mu);
+      if (phase != Phase::kJoined) throw ProtocolError("node_rejoined before the cluster map");
+      if (n.role != Role::kServer || n.role_rank >= map.servers.size() || n.rank != n.role_rank) {
+        throw ProtocolError("node_rejoined names " + std::string(to_string(n.role)) + " " +
+                            std::to_string(n.role_rank) + " (rank " + std::to_string(n.rank) +
+                            "), not a server of this job");
+      }
+      map.servers[n.role_rank].host = n.host;
+      map.servers[n.role_rank].fabric_address = n.fabric_address;
+      dead.erase(std::remove(dead.begin(), dead.end(), n.rank), dead.end());
+    }
+    spdlog::info("scheduler client: server {} (rank {}, host {}) rejoined", n.role_rank, n.rank, n.host);
+    cv.notify_all();
+    if (opt.on_node_rejoined) opt.on_node_rejoined(n);
   }
 
   void schedule_heartbeat() {
@@ -405,6 +425,12 @@ void SchedulerClient::done() {
   proto::Envelope m;
   m.mutable_done();
   impl_->joined_channel("done")->send(m);
+}
+
+void SchedulerClient::rejoin_ready() {
+  proto::Envelope m;
+  m.mutable_rejoin_ready();
+  impl_->joined_channel("rejoin_ready")->send(m);
 }
 
 bool SchedulerClient::wait_for_shutdown(std::chrono::milliseconds timeout) {

@@ -53,6 +53,9 @@ struct SchedulerClientOptions {
   size_t max_frame_bytes = 64u << 20;
   // Called on the client's thread for every node declared dead.
   std::function<void(const NodeInfo& node, const std::string& reason)> on_node_dead;
+  // A dead server came back under its rank, at node.fabric_address (the
+  // client's map already says so). Called on the client's I/O thread.
+  std::function<void(const NodeInfo& node)> on_node_rejoined;
 };
 
 class SchedulerClient {
@@ -83,6 +86,10 @@ class SchedulerClient {
   // Tells the scheduler this node has finished; the job shuts down when all
   // workers have.
   void done();
+  // A server that rejoined a running job (its map says `rejoin`), once its
+  // endpoint has the workers' addresses: the workers then hear of it and
+  // send it their requests.
+  void rejoin_ready();
   // True once the scheduler's Shutdown arrived; false on timeout; throws when
   // the connection failed without one.
   bool wait_for_shutdown(std::chrono::milliseconds timeout);

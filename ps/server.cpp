@@ -1,5 +1,6 @@
 #include "ps/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -163,12 +164,19 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
       refuse(e.what());
     }
   }
-  if (clock > 0) {
-    for (uint32_t w = 0; w < clocks_.workers(); ++w) (void)clocks_.tick(w, clock);
+  for (uint32_t w = 0; w < clocks_.workers(); ++w) {
+    const int64_t to = clock == kCheckpointClocks ? c.worker_clocks[w] : clock;
+    if (to > 0) (void)clocks_.tick(w, to);
   }
   last_checkpoint_clock_ = clocks_.min_clock();
   stats_.bytes_pushed_restored = c.bytes_pushed;
-  last_push_id_ = c.last_push_ids;
+  // The same worker processes go on numbering their requests after a
+  // rejoin; a resumed job's workers are new and number theirs from 1.
+  if (clock == kCheckpointClocks) {
+    last_push_id_ = c.last_push_ids;
+  } else {
+    std::fill(last_push_id_.begin(), last_push_id_.end(), 0);
+  }
 }
 
 void Server::handle(const rdma::Message& message) {

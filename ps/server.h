@@ -84,9 +84,13 @@ class Server {
   // thread, or before serve()).
   ShardCheckpoint checkpoint() const;
   // Puts a checkpoint's shards back, before serve(), and sets every
-  // worker's clock to `clock` (the set's, where the resumed workers start).
-  // Throws CheckpointError naming `path` when it is not this server's shard
-  // of this job's tables.
+  // worker's clock to `clock` (the set's, where the resumed workers start),
+  // or with kCheckpointClocks to the checkpoint's own (a server rejoining
+  // a running job: the workers then send theirs). Throws CheckpointError
+  // naming `path` when it is not this server's shard of this job's tables.
+  // The workers' last push ids come back only with kCheckpointClocks (the
+  // same worker processes); a resumed job's new workers start afresh.
+  static constexpr int64_t kCheckpointClocks = -1;
   void restore(const ShardCheckpoint& c, const std::string& path, int64_t clock);
   // Writes checkpoint() to options.checkpoint_path now.
   void write_checkpoint_now();

@@ -37,7 +37,12 @@ struct KvClient::Pending {
   std::unordered_map<uint32_t, bool> answered;
   size_t remaining = 0;
   bool posting = true;  // start() is still sending: only it may finish the request
-  std::vector<std::future<rdma::Status>> sends;
+  struct Send {
+    uint32_t server = 0;
+    uint64_t epoch = 0;  // the server's epoch (KvClient::epochs_) when sent
+    std::future<rdma::Status> done;
+  };
+  std::vector<Send> sends;
   // Pulls: server rank -> output row of each key it was asked for, in order.
   std::unordered_map<uint32_t, std::vector<uint32_t>> rows;
   std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (row, copy of row)
@@ -64,8 +69,8 @@ KvClient::~KvClient() {
   std::lock_guard lock(mu_);
   for (auto& [id, p] : pending_) {
     p->promise.set_value(rdma::Status(rdma::StatusCode::kClosed, "KV client closed before the reply"));
-    for (auto& f : p->sends) {
-      if (f.valid()) (void)endpoint_.wait(f);
+    for (auto& s : p->sends) {
+      if (s.done.valid()) (void)endpoint_.wait(s.done);
     }
   }
 }
@@ -78,13 +83,19 @@ KvClientStats KvClient::stats() const {
 // Sends every message of `p` and registers it for replies. Sends are waited
 // on by the receive loop (their buffers live in `p` until then).
 std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p, std::shared_ptr<std::vector<uint64_t>> reply_keys) {
-  p->reply_keys_out = std::move(reply_keys);
   // Numbered and sent under one lock: each server sees this worker's
   // requests in the order of their ids, which is how it tells a retried
   // push from a new one (ps::Server).
-  std::unique_lock order(send_mu_);
+  std::lock_guard order(send_mu_);
+  return start_locked(std::move(p), std::move(reply_keys));
+}
+
+std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
+                                                 std::shared_ptr<std::vector<uint64_t>> reply_keys) {
+  p->reply_keys_out = std::move(reply_keys);
   p->id = next_request_.fetch_add(1);
-  p->deadline = Clock::now() + options_.timeout;
+  // While a server may rejoin, a request waits for it too.
+  p->deadline = Clock::now() + options_.timeout + map_.server_rejoin_timeout;
   p->remaining = p->messages.size();
   std::future<rdma::Status> fut = p->promise.get_future();
   if (p->remaining == 0) {
@@ -104,8 +115,10 @@ std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p, std::share
   }
   // Registered first, since a reply can arrive before send() returns; but
   // while `posting` nobody else finishes or frees the request.
-  std::vector<std::future<rdma::Status>> sends;
-  for (auto& [server, bytes] : raw->messages) sends.push_back(endpoint_.send(server, 0, bytes.data(), bytes.size()));
+  std::vector<Pending::Send> sends;
+  for (auto& [server, bytes] : raw->messages) {
+    sends.push_back({server, epoch_of(server), endpoint_.send(server, 0, bytes.data(), bytes.size())});
+  }
   std::unique_ptr<Pending> done;
   {
     std::lock_guard lock(mu_);
@@ -116,7 +129,6 @@ std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p, std::share
       pending_.erase(raw->id);
     }
   }
-  order.unlock();
   if (done) finish(std::move(done));
   return fut;
 }
@@ -131,10 +143,11 @@ void KvClient::finish(std::unique_ptr<Pending> done) {
   }
   // The sends completed before their replies could arrive, but collect
   // their status (and keep the buffers until then).
-  for (auto& f : done->sends) {
-    if (!f.valid()) continue;  // sweep() already collected it
-    const rdma::Status s = endpoint_.wait(f);
-    if (!s.ok() && done->error.ok()) done->error = s;
+  for (auto& send : done->sends) {
+    if (!send.done.valid()) continue;  // sweep() already collected it
+    const rdma::Status s = endpoint_.wait(send.done);
+    // A send to a server's old process is superseded by the resend.
+    if (!s.ok() && done->error.ok() && send.epoch == epoch_of(send.server)) done->error = s;
   }
   done->promise.set_value(done->error);
 }
@@ -492,11 +505,14 @@ void KvClient::sweep() {
         ++it;
         continue;
       }
-      // A send that failed will never be answered.
-      for (auto& f : p.sends) {
-        if (f.valid() && f.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-          const rdma::Status s = f.get();
-          if (!s.ok() && p.error.ok()) p.error = s;
+      // A send that failed will never be answered: the request fails,
+      // unless the server may rejoin (then it is sent again when it does,
+      // server_rejoined) or this was a send to its old process.
+      for (auto& send : p.sends) {
+        if (send.done.valid() && send.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+          const rdma::Status s = send.done.get();
+          const bool superseded = send.epoch != epoch_of(send.server);
+          if (!s.ok() && p.error.ok() && !superseded && !rejoin_enabled()) p.error = s;
         }
       }
       const bool send_failed = !p.error.ok() && p.error.code() != rdma::StatusCode::kInvalidArgument;
@@ -519,10 +535,84 @@ void KvClient::sweep() {
     }
   }
   for (auto& p : failed) {
-    for (auto& f : p->sends) {
-      if (f.valid()) (void)endpoint_.wait(f);  // keep buffers until the transport lets go
+    for (auto& s : p->sends) {
+      if (s.done.valid()) (void)endpoint_.wait(s.done);  // keep buffers until the transport lets go
     }
     p->promise.set_value(p->error);
+  }
+}
+
+uint64_t KvClient::epoch_of(uint32_t server) const {
+  std::lock_guard lock(epochs_mu_);
+  const auto it = epochs_.find(server);
+  return it == epochs_.end() ? 0 : it->second;
+}
+
+void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> address) {
+  // Under the send lock: no request is numbered or sent meanwhile, so each
+  // one went either to the old process (and is sent again below) or goes
+  // to the new one.
+  std::lock_guard order(send_mu_);
+  endpoint_.replace_peer(server, address);
+  uint64_t epoch = 0;
+  {
+    std::lock_guard lock(epochs_mu_);
+    epoch = ++epochs_[server];
+  }
+  {
+    std::lock_guard lock(regions_mu_);
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      it = it->first.second == server ? regions_.erase(it) : std::next(it);
+    }
+  }
+  // The new process starts from its checkpoint: every request it has not
+  // answered goes to it again, in the order of the ids (a push it already
+  // holds is answered, not applied again).
+  // `posting` again while they are resent: as in start(), nobody else
+  // finishes or frees them meanwhile.
+  std::vector<std::pair<uint64_t, Pending*>> again;
+  bool clock_pending = false;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, p] : pending_) {
+      const auto a = p->answered.find(server);
+      if (p->posting || a == p->answered.end() || a->second) continue;
+      p->posting = true;
+      again.emplace_back(id, p.get());
+      clock_pending = clock_pending || p->request_op == ps::Op::kClock;
+    }
+    stats_.resent += again.size();
+    ++stats_.rejoins;
+  }
+  std::sort(again.begin(), again.end());
+  std::vector<Pending::Send> sent;
+  for (auto& [id, p] : again) {
+    const rdma::ByteBuffer& bytes = p->messages.at(server);
+    sent.push_back(Pending::Send{server, epoch, endpoint_.send(server, 0, bytes.data(), bytes.size())});
+  }
+  std::vector<std::unique_ptr<Pending>> done;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < again.size(); ++i) {
+      Pending* p = again[i].second;
+      p->sends.push_back(std::move(sent[i]));
+      p->posting = false;
+      if (p->remaining == 0) {
+        done.push_back(std::move(pending_.at(p->id)));
+        pending_.erase(p->id);
+      }
+    }
+  }
+  for (auto& d : done) finish(std::move(d));
+  // Its clocks of this worker are the checkpoint's: bring them to ours (a
+  // clock request sent again does that itself).
+  if (!clock_pending && clock_.load() > 0) {
+    auto p = std::make_unique<Pending>();
+    p->request_op = ps::Op::kClock;
+    p->reply_op = ps::Op::kClockReply;
+    ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = clock_.load()};
+    p->messages[server] = as_buffer(ps::encode_message(h, {}, std::span<const std::byte>()));
+    (void)start_locked(std::move(p), nullptr);  // nobody waits for it; an error reply is counted
   }
 }
 

@@ -43,6 +43,7 @@ struct KvClientOptions {
 struct KvClientStats {
   uint64_t push_bytes = 0, pull_bytes = 0;  // payload sent and received
   uint64_t requests = 0, errors = 0, unexpected_replies = 0;
+  uint64_t rejoins = 0, resent = 0;  // servers back under their rank; requests sent to them again
 };
 
 class KvClient {
@@ -84,6 +85,14 @@ class KvClient {
   // checkpoint set's). Before the first request.
   void start_at_clock(int64_t clock) { clock_.store(clock); }
   uint32_t rank() const { return map_.worker_rank(worker_index_); }
+  // Server `server` (its rank) is back as a new process at `address`,
+  // restored from its checkpoint (the scheduler's NodeRejoined): later
+  // requests go there, and every request it had not answered is sent to it
+  // again with its old id (a push it already holds is not applied twice),
+  // then this worker's clock. While the map's server_rejoin_timeout is set,
+  // a request to a dead server waits for it that much longer instead of
+  // failing on the first send error.
+  void server_rejoined(uint32_t server, std::span<const std::byte> address);
   KvClientStats stats() const;
   // Attempts of dense_read that met a concurrent push and were retried.
   uint64_t dense_read_retries() const { return dense_read_retries_.load(); }
@@ -94,6 +103,9 @@ class KvClient {
   Split split(std::span<const uint64_t> keys) const;
   std::future<rdma::Status> start(std::unique_ptr<Pending> p,
                                   std::shared_ptr<std::vector<uint64_t>> reply_keys = nullptr);
+  std::future<rdma::Status> start_locked(std::unique_ptr<Pending> p, std::shared_ptr<std::vector<uint64_t>> reply_keys);
+  bool rejoin_enabled() const { return map_.server_rejoin_timeout.count() > 0; }
+  uint64_t epoch_of(uint32_t server) const;
   void finish(std::unique_ptr<Pending> done);
   void receive_loop();
   void on_reply(const rdma::Message& m);
@@ -106,7 +118,9 @@ class KvClient {
   KvClientOptions options_;
   std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> next_request_{1};
-  std::mutex send_mu_;  // held from a request's id to its last send (start())
+  std::mutex send_mu_;  // held from a request's id to its last send (start(), server_rejoined())
+  mutable std::mutex epochs_mu_;
+  std::map<uint32_t, uint64_t> epochs_;  // server rank -> its rejoins so far
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;

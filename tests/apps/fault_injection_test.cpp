@@ -121,7 +121,8 @@ class FaultInjection : public ::testing::Test {
                 "job applies %llu); fault-free held-out log loss %.5f\n",
                 tally.injected, tally.survived, static_cast<unsigned long long>(tally.bytes_lost), tally.restarts,
                 tally.unreported > 0
-                    ? (", not counting " + std::to_string(tally.unreported) + " server killed by SIGKILL before it could say")
+                    ? (", not counting " + std::to_string(tally.unreported) +
+                       (tally.unreported == 1 ? " server" : " servers") + " killed by SIGKILL before it could say")
                           .c_str()
                     : "",
                 static_cast<unsigned long long>(reference_bytes_), reference_);
@@ -252,6 +253,39 @@ TEST_F(FaultInjection, KilledServerRestartsTheJobFromItsCheckpoints) {
   const size_t restart = p.output().find("restart 1 of 1");
   if (restart != std::string::npos) count_model_lost(p.output().substr(0, restart), p.output().substr(restart));
   expect_close_to_reference(p.output());
+}
+
+// The same fault with --server-rejoin-timeout: launch starts only the
+// killed server again, under its rank; it restores its own checkpoint and
+// rejoins the running job; the workers send it what it had not answered
+// (it answers a push it already holds without applying it again) and
+// their clocks, and the job goes on and finishes.
+TEST_F(FaultInjection, KilledServerRejoinsUnderItsRankAndTheJobGoesOn) {
+  ChildProcess p(launch_args("s-rejoin", {"--restart-failed", "1", "--server-rejoin-timeout", "60"}),
+                 {"FI_TCP_IFACE=lo"});
+  kill_mid_training(p, "s-rejoin", "server", 1);
+  finish(p);
+  const std::string& out = p.output();
+  EXPECT_EQ(p.exit_code(), 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(launch: server 1 \(pid \d+\) failed: killed by signal 9; starting it )"
+                                                R"(again under its rank from its checkpoint)")))
+      << out;
+  EXPECT_EQ(out.find("restart 1 of 1: the whole job"), std::string::npos) << out;  // only the server
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(scheduler: server 1 \(rank 1, host [^)]*\) rejoined from)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[server 1\] server 1: rejoined the running job, restored from \S+)")))
+      << out;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_TRUE(std::regex_search(
+        out, std::regex("\\[worker " + std::to_string(w) + R"(\] worker \d: 1 server rejoin; \d+ unanswered requests? sent again)")))
+        << out;
+  }
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[server 1\] server 1: .* \d+ retried pushes answered without applying)")))
+      << out;
+  // What the killed server had applied after its checkpoint went with it;
+  // it cannot say how much. The other server lost nothing.
+  ++tally.restarts;
+  ++tally.unreported;
+  expect_close_to_reference(out);
 }
 
 TEST_F(FaultInjection, KilledSchedulerFailsClearlyAndTheJobResumes) {

@@ -80,9 +80,16 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   EXPECT_EQ(b.clocks().min_clock(), 7);
   // The restored server counts on from the checkpoint's figure.
   EXPECT_EQ(b.checkpoint().bytes_pushed, 123456789012u);
-  // ... and knows which pushes it holds: a retry of one of them is not applied again.
+  // The workers' last push ids: a resumed job's workers are new processes
+  // numbering from 1, so they start afresh; a server rejoining the same
+  // workers (kCheckpointClocks) keeps them, so a retry is not applied twice.
   EXPECT_EQ(back.last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
-  EXPECT_EQ(b.checkpoint().last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
+  EXPECT_EQ(b.checkpoint().last_push_ids, (std::vector<uint64_t>{0, 0}));
+  rdma::Endpoint ed(endpoint_options());
+  Server d(ed, map, 0, {});
+  d.restore(back, path, Server::kCheckpointClocks);
+  EXPECT_EQ(d.checkpoint().last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
+  EXPECT_EQ(d.checkpoint().worker_clocks, written.worker_clocks);
   EXPECT_EQ(pull_all(a), pull_all(b));
   // AdaGrad's accumulators and Adam's moments and step came back too: the
   // same next pushes move both servers to the same values.

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -477,6 +479,94 @@ TEST(SchedulerTest, DeadWorkerStopsTheJobUnderTheFailPolicy) {
   ASSERT_EQ(sched.result().wait_for(kWait), std::future_status::ready);
   EXPECT_THROW(sched.result().get(), SchedulerError);
   EXPECT_THROW((void)parse_worker_failure_policy("sometimes"), std::invalid_argument);
+}
+
+// --server-rejoin-timeout: a dead server's rank waits; a server asking for
+// it gets the map (marked rejoin, with its new address) and, once it says
+// it is ready, the workers hear of it at its new address. A live rank, or
+// no rank, is refused; the job goes on.
+TEST(SchedulerTest, ADeadServerRejoinsUnderItsRank) {
+  SchedulerOptions so = scheduler_options(2, 1, "tok");
+  so.server_rejoin_timeout = 30s;
+  RunningScheduler sched(std::move(so));
+  auto s0 = client_options(sched->port(), "tok", Role::kServer, 0, 1);
+  auto s1 = client_options(sched->port(), "tok", Role::kServer, 1, 2);
+  s0.requested_role_rank = 0;
+  s1.requested_role_rank = 1;
+  auto w = client_options(sched->port(), "tok", Role::kWorker, 0, 3);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<NodeInfo> rejoined;
+  bool dead = false;
+  w.on_node_rejoined = [&](const NodeInfo& n) {
+    std::lock_guard lock(mu);
+    rejoined.push_back(n);
+    cv.notify_all();
+  };
+  w.on_node_dead = [&](const NodeInfo&, const std::string&) {
+    std::lock_guard lock(mu);
+    dead = true;
+    cv.notify_all();
+  };
+  auto clients = join_all({s0, s1, w});
+  EXPECT_EQ(clients[2]->cluster_map().server_rejoin_timeout, 30s);
+  clients[1].reset();  // server 1 dies
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return dead; })) << "server 1's death was not announced";
+  }
+  // Not while server 0 lives, nor without a rank.
+  auto taken = client_options(sched->port(), "tok", Role::kServer, 5, 9);
+  taken.requested_role_rank = 0;
+  SchedulerClient live(taken);
+  EXPECT_THROW(live.join(kWait), std::runtime_error);
+  SchedulerClient anyone(client_options(sched->port(), "tok", Role::kServer, 6, 10));
+  EXPECT_THROW(anyone.join(kWait), std::runtime_error);
+  // Server 1's rank, from a new process with a new address.
+  auto back = client_options(sched->port(), "tok", Role::kServer, 7, 11);
+  back.requested_role_rank = 1;
+  SchedulerClient again(back);
+  const ClusterMap& m = again.join(kWait);
+  EXPECT_TRUE(m.rejoin);
+  EXPECT_EQ(again.rank(), 1u);
+  EXPECT_EQ(m.servers[1].fabric_address, back.fabric_address);
+  EXPECT_EQ(m.servers[0].fabric_address, s0.fabric_address);
+  {
+    std::unique_lock lock(mu);
+    EXPECT_FALSE(cv.wait_for(lock, 300ms, [&] { return !rejoined.empty(); })) << "told before the server was ready";
+  }
+  again.rejoin_ready();
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return !rejoined.empty(); })) << "the worker never heard of it";
+    EXPECT_EQ(rejoined[0].rank, 1u);
+    EXPECT_EQ(rejoined[0].fabric_address, back.fabric_address);
+  }
+  EXPECT_EQ(clients[2]->cluster_map().servers[1].fabric_address, back.fabric_address);
+  EXPECT_EQ(sched->stats().rejoined, 1u);
+  // The job finishes as usual.
+  clients[2]->done();
+  EXPECT_TRUE(clients[2]->wait_for_shutdown(kWait));
+  EXPECT_TRUE(again.wait_for_shutdown(kWait));
+  sched.finish();
+}
+
+TEST(SchedulerTest, ADeadServerThatDoesNotRejoinInTimeStopsTheJob) {
+  SchedulerOptions so = scheduler_options(1, 1, "tok");
+  so.server_rejoin_timeout = 300ms;
+  RunningScheduler sched(std::move(so));
+  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1),
+                           client_options(sched->port(), "tok", Role::kWorker, 0, 2)});
+  clients[0].reset();
+  try {
+    (void)clients[1]->wait_for_shutdown(kWait);
+    ADD_FAILURE() << "the worker was not told the job failed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("server 0 died and did not rejoin within 300 ms"), std::string::npos)
+        << e.what();
+  }
+  ASSERT_EQ(sched.result().wait_for(kWait), std::future_status::ready);
+  EXPECT_THROW(sched.result().get(), SchedulerError);
 }
 
 TEST(SchedulerTest, StopBroadcastsShutdown) {

@@ -99,6 +99,11 @@ int run_server(ServerFlags f) {
   }
   server = &srv;
   ready = true;
+  // Workers declared dead before now (a server that rejoined hears of them
+  // while it joins): they leave the SSP minimum.
+  for (const uint32_t r : node.client->dead_ranks()) {
+    if (r >= node.map->num_servers()) srv.remove_worker_later(r - node.map->num_servers());
+  }
   std::fprintf(stderr, "server %u: serving %zu tables under %s\n", node.role_rank, node.map->tables.size(),
                so.consistency.to_string().c_str());
   std::atomic<bool> stop{false};

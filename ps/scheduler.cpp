@@ -370,6 +370,10 @@ struct Scheduler::Impl {
     proto::Envelope m;
     to_proto(theirs, m.mutable_cluster_map());
     c.channel->send(m);
+    // The workers that died meanwhile: they must leave its SSP minimum too.
+    for (const auto& w : workers) {
+      if (w->dead) c.channel->send(node_dead_message(*w, "died before this server rejoined"));
+    }
     c.rejoining = true;  // the others hear of it once it is ready (rejoin_ready)
     spdlog::info("scheduler: {} rejoined from {}", c.describe(), c.peer);
   }
@@ -468,6 +472,17 @@ struct Scheduler::Impl {
     }
   }
 
+  static proto::Envelope node_dead_message(const Conn& c, const std::string& reason) {
+    proto::Envelope m;
+    proto::NodeDead* d = m.mutable_node_dead();
+    d->set_rank(c.rank);
+    d->set_role(to_proto(c.role));
+    d->set_role_rank(c.role_rank);
+    d->set_host(c.host);
+    d->set_reason(reason.substr(0, kMaxReasonBytes));
+    return m;
+  }
+
   void declare_dead(Conn& c, const std::string& reason) {
     if (c.dead || finishing) return;
     c.dead = true;
@@ -483,13 +498,7 @@ struct Scheduler::Impl {
     }
     ++counters.dead_nodes;
     spdlog::error("scheduler: {} is dead: {}", c.describe(), reason);
-    proto::Envelope m;
-    proto::NodeDead* d = m.mutable_node_dead();
-    d->set_rank(c.rank);
-    d->set_role(to_proto(c.role));
-    d->set_role_rank(c.role_rank);
-    d->set_host(c.host);
-    d->set_reason(reason.substr(0, kMaxReasonBytes));
+    const proto::Envelope m = node_dead_message(c, reason);
     for_each_live([&](const Conn& n) { n.channel->send(m); });
     if (c.role == Role::kServer && opt.server_rejoin_timeout.count() > 0) {
       rejoin_deadlines[c.role_rank] = Clock::now() + opt.server_rejoin_timeout;

@@ -326,6 +326,7 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
 }
 
 std::future<rdma::Status> KvClient::finish() {
+  finished_ = true;
   auto p = std::make_unique<Pending>();
   p->request_op = ps::Op::kClock;
   p->reply_op = ps::Op::kClockReply;
@@ -605,12 +606,14 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
   }
   for (auto& d : done) finish(std::move(d));
   // Its clocks of this worker are the checkpoint's: bring them to ours (a
-  // clock request sent again does that itself).
-  if (!clock_pending && clock_.load() > 0) {
+  // clock request sent again does that itself); a finished worker's is
+  // kFinishedClock, so that it does not hold back the others.
+  const int64_t mine = finished_ ? kFinishedClock : clock_.load();
+  if (!clock_pending && mine > 0) {
     auto p = std::make_unique<Pending>();
     p->request_op = ps::Op::kClock;
     p->reply_op = ps::Op::kClockReply;
-    ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = clock_.load()};
+    ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = mine};
     p->messages[server] = as_buffer(ps::encode_message(h, {}, std::span<const std::byte>()));
     (void)start_locked(std::move(p), nullptr);  // nobody waits for it; an error reply is counted
   }

@@ -117,6 +117,7 @@ class KvClient {
   uint32_t worker_index_;
   KvClientOptions options_;
   std::atomic<int64_t> clock_{0};
+  std::atomic<bool> finished_{false};  // finish() was called
   std::atomic<uint64_t> next_request_{1};
   std::mutex send_mu_;  // held from a request's id to its last send (start(), server_rejoined())
   mutable std::mutex epochs_mu_;

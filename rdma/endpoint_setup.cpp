@@ -323,10 +323,19 @@ void Endpoint::Impl::map_peer_locked(PeerId peer, fi_addr_t addr, const std::str
   }
 }
 
+namespace {
+
+// "peer 3, address blob of 16 bytes [0200...], <endpoint>", for errors.
+std::string describe_blob(PeerId peer, std::span<const std::byte> address, const std::string& context) {
+  return "peer " + std::to_string(peer) + ", address blob of " + std::to_string(address.size()) + " bytes [" +
+         hex_prefix(address) + "], " + context;
+}
+
+}  // namespace
+
 void Endpoint::add_peer(PeerId peer, std::span<const std::byte> address) {
   Impl& m = *impl_;
-  const std::string who = "peer " + std::to_string(peer) + ", address blob of " + std::to_string(address.size()) +
-                          " bytes [" + hex_prefix(address) + "], " + m.context();
+  const std::string who = describe_blob(peer, address, m.context());
   m.check_address_shape(address, who);
   {
     std::lock_guard lock(m.mu_);
@@ -342,8 +351,7 @@ void Endpoint::add_peer(PeerId peer, std::span<const std::byte> address) {
 
 void Endpoint::replace_peer(PeerId peer, std::span<const std::byte> address) {
   Impl& m = *impl_;
-  const std::string who = "peer " + std::to_string(peer) + ", new address blob of " + std::to_string(address.size()) +
-                          " bytes [" + hex_prefix(address) + "], " + m.context();
+  const std::string who = "new address of " + describe_blob(peer, address, m.context());
   m.check_address_shape(address, who);
   {
     std::lock_guard lock(m.mu_);

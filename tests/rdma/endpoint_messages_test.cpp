@@ -304,28 +304,21 @@ TEST_P(EndpointPerProvider, AReplacedPeerIsReachedAtItsNewAddressInOrder) {
   EXPECT_NE(a.peer_address_string(1).find(new_b.address_string()), std::string::npos) << a.peer_address_string(1);
   // Both directions, several messages, large ones too: every byte, in order.
   const std::vector<size_t> sizes = {1, 4 * kKiB, 300 * kKiB, 7};
-  for (uint64_t m = 0; m < sizes.size(); ++m) {
-    const auto p = pattern(0, 100 + m, sizes[m]);
-    ASSERT_TRUE(a.send(1, 100 + m, p.data(), p.size()).get().ok());
-  }
-  for (uint64_t m = 0; m < sizes.size(); ++m) {
-    auto got = new_b.receive(std::chrono::seconds(20));
-    ASSERT_TRUE(got) << "message " << m << " did not reach the new peer";
-    EXPECT_EQ(got->from, 0u);
-    EXPECT_EQ(got->tag, 100 + m);
-    EXPECT_EQ(first_mismatch(got->data, 0, 100 + m, sizes[m]), -1);
-  }
-  for (uint64_t m = 0; m < sizes.size(); ++m) {
-    const auto p = pattern(1, 200 + m, sizes[m]);
-    ASSERT_TRUE(new_b.send(0, 200 + m, p.data(), p.size()).get().ok());
-  }
-  for (uint64_t m = 0; m < sizes.size(); ++m) {
-    auto got = a.receive(std::chrono::seconds(20));
-    ASSERT_TRUE(got) << "message " << m << " from the new peer did not arrive";
-    EXPECT_EQ(got->from, 1u);
-    EXPECT_EQ(got->tag, 200 + m);
-    EXPECT_EQ(first_mismatch(got->data, 1, 200 + m, sizes[m]), -1);
-  }
+  auto stream = [&](Endpoint& from, PeerId from_rank, Endpoint& to, PeerId to_rank, uint64_t first_tag) {
+    for (uint64_t m = 0; m < sizes.size(); ++m) {
+      const auto p = pattern(from_rank, first_tag + m, sizes[m]);
+      ASSERT_TRUE(from.send(to_rank, first_tag + m, p.data(), p.size()).get().ok());
+    }
+    for (uint64_t m = 0; m < sizes.size(); ++m) {
+      auto got = to.receive(std::chrono::seconds(20));
+      ASSERT_TRUE(got) << "message " << m << " from rank " << from_rank << " did not arrive";
+      EXPECT_EQ(got->from, from_rank);
+      EXPECT_EQ(got->tag, first_tag + m);
+      EXPECT_EQ(first_mismatch(got->data, from_rank, first_tag + m, sizes[m]), -1);
+    }
+  };
+  stream(a, 0, new_b, 1, 100);
+  stream(new_b, 1, a, 0, 200);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, EndpointPerProvider, ::testing::Values("tcp;ofi_rxm", "shm"),

@@ -210,6 +210,12 @@ ShardCheckpoint read_checkpoint(const std::string& path) {
     t.end_row = r.get<uint64_t>("end row");
     t.values = r.get_array<float>("values");
     t.state = r.get_array<float>("state");
+    if (t.end_row < t.begin_row || t.values.size() / std::max<uint64_t>(t.width, 1) != t.end_row - t.begin_row ||
+        t.values.size() % std::max<uint64_t>(t.width, 1) != 0 || (t.width == 0 && !t.values.empty())) {
+      throw CheckpointError(path + ": checkpoint is inconsistent: dense table " + std::to_string(t.id) + " has " +
+                            std::to_string(t.values.size()) + " values for rows [" + std::to_string(t.begin_row) +
+                            ", " + std::to_string(t.end_row) + ") of width " + std::to_string(t.width));
+    }
     c.dense.push_back(std::move(t));
   }
   if (!r.done()) throw CheckpointError(path + ": checkpoint has bytes after its last table");

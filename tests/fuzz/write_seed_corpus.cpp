@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/checkpoint.h"
 #include "ps/control_channel.h"
 #include "ps/control_frame.h"
 #include "ps/wire_format.h"
@@ -179,6 +180,29 @@ void cache_seeds(const fs::path& dir) {
   emit("empty", 0, worker::Dataset(), 0);
 }
 
+void checkpoint_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  ps::ShardCheckpoint c;
+  c.server_index = 1;
+  c.num_servers = 2;
+  c.job_fingerprint = 0x1234;
+  c.min_clock = 20;
+  c.written_unix_ms = 1'700'000'000'000;
+  c.bytes_pushed = 4096;
+  c.worker_clocks = {20, 22};
+  c.last_push_ids = {17, 19};
+  c.sparse.push_back({.id = 0, .width = 2, .state_floats = 2, .keys = {5, 9}, .data = {1, 2, 3, 4, 5, 6, 7, 8}});
+  c.dense.push_back({.id = 1, .width = 2, .begin_row = 3, .end_row = 5, .values = {1, 2, 3, 4}, .state = {0.5f}});
+  const fs::path tmp = dir / "tmp.ckpt";
+  (void)ps::write_checkpoint(tmp.string(), c);
+  std::ifstream in(tmp, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  write(dir, "two_tables", 0, bytes);
+  write(dir, "two_tables_fix_all", 7, bytes);
+  fs::remove(tmp);
+  fs::remove(tmp.string() + ".prev");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,5 +215,6 @@ int main(int argc, char** argv) {
   frame_seeds(root / "frame_header");
   control_seeds(root / "control_frame");
   cache_seeds(root / "binary_cache");
+  checkpoint_seeds(root / "checkpoint_reader");
   return 0;
 }

@@ -1,0 +1,123 @@
+// libFuzzer target: the server checkpoint reader (ps::read_checkpoint). The
+// input is written to a temp file and read. It must be refused with a
+// CheckpointError naming that path, or come back consistent (one last push
+// id per worker clock, every sparse table's floats = keys x (width + state),
+// every dense shard's values = rows x width) and write back and read again
+// to the same checkpoint.
+//
+// The checksums would stop almost every mutation at the header, so the
+// first byte can ask the harness to make some fields right before writing:
+//   bit 0  magic and version
+//   bit 1  the payload size in the header
+//   bit 2  the payload and header checksums (recomputed last)
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "ps/checkpoint.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
+
+using parafab::fuzz::check;
+using parafab::fuzz::violated;
+using parafab::ps::CheckpointError;
+using parafab::ps::ShardCheckpoint;
+
+std::string temp_path(const char* what) {
+  const std::filesystem::path dir =
+      std::filesystem::is_directory("/dev/shm") ? std::filesystem::path("/dev/shm") : std::filesystem::temp_directory_path();
+  return (dir / ("parafab-fuzz-" + std::to_string(::getpid()) + "-" + what + ".ckpt")).string();
+}
+
+// The header (checkpoint.cpp): magic 0, version 8, payload size 48, payload
+// hash 56, header hash 72 (of the 72 bytes before it); 80 bytes in all.
+constexpr size_t kHeader = 80, kVersionAt = 8, kPayloadBytesAt = 48, kPayloadHashAt = 56, kHeaderHashAt = 72;
+
+void fix_up(std::vector<unsigned char>& f, uint8_t how) {
+  if (f.size() < kHeader) return;
+  if (how & 1) {
+    std::memcpy(f.data(), "PFCKPT01", 8);
+    const uint32_t version = parafab::ps::kCheckpointVersion;
+    std::memcpy(f.data() + kVersionAt, &version, 4);
+  }
+  if (how & 2) {
+    const uint64_t payload = f.size() - kHeader;
+    std::memcpy(f.data() + kPayloadBytesAt, &payload, 8);
+  }
+  if (how & 4) {
+    const uint64_t payload = XXH64(f.data() + kHeader, f.size() - kHeader, 0);
+    std::memcpy(f.data() + kPayloadHashAt, &payload, 8);
+    const uint64_t header = XXH64(f.data(), kHeaderHashAt, 0);
+    std::memcpy(f.data() + kHeaderHashAt, &header, 8);
+  }
+}
+
+void check_consistent(const ShardCheckpoint& c) {
+  check(c.last_push_ids.size() == c.worker_clocks.size(), "one last push id per worker clock");
+  for (const auto& t : c.sparse) {
+    check(t.data.size() == t.keys.size() * (uint64_t{t.width} + t.state_floats), "sparse floats = keys x stride");
+  }
+  for (const auto& t : c.dense) {
+    check(t.end_row >= t.begin_row && t.values.size() == (t.end_row - t.begin_row) * t.width,
+          "dense values = rows x width");
+  }
+}
+
+bool same(const ShardCheckpoint& a, const ShardCheckpoint& b) {
+  if (a.server_index != b.server_index || a.num_servers != b.num_servers || a.job_fingerprint != b.job_fingerprint ||
+      a.min_clock != b.min_clock || a.written_unix_ms != b.written_unix_ms || a.bytes_pushed != b.bytes_pushed ||
+      a.worker_clocks != b.worker_clocks || a.last_push_ids != b.last_push_ids || a.sparse.size() != b.sparse.size() ||
+      a.dense.size() != b.dense.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.sparse.size(); ++i) {
+    const auto &x = a.sparse[i], &y = b.sparse[i];
+    if (x.id != y.id || x.width != y.width || x.state_floats != y.state_floats || x.keys != y.keys ||
+        std::memcmp(x.data.data(), y.data.data(), x.data.size() * sizeof(float)) != 0 || x.data.size() != y.data.size()) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < a.dense.size(); ++i) {
+    const auto &x = a.dense[i], &y = b.dense[i];
+    if (x.id != y.id || x.width != y.width || x.begin_row != y.begin_row || x.end_row != y.end_row ||
+        x.values.size() != y.values.size() || x.state.size() != y.state.size() ||
+        std::memcmp(x.values.data(), y.values.data(), x.values.size() * sizeof(float)) != 0 ||
+        std::memcmp(x.state.data(), y.state.data(), x.state.size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  std::vector<unsigned char> file(data + 1, data + size);
+  fix_up(file, data[0]);
+  static const std::string path = temp_path("in"), again = temp_path("again");
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
+    if (!out) violated("cannot write the fuzz input's temp file");
+  }
+  ShardCheckpoint c;
+  try {
+    c = parafab::ps::read_checkpoint(path);
+  } catch (const CheckpointError& e) {
+    check(std::string(e.what()).find(path) != std::string::npos, "a refusal names the file");
+    return 0;
+  }
+  check_consistent(c);
+  (void)parafab::ps::write_checkpoint(again, c);
+  const ShardCheckpoint back = parafab::ps::read_checkpoint(again);
+  check(same(c, back), "an accepted checkpoint writes back and reads again the same");
+  return 0;
+}

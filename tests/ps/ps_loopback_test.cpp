@@ -351,5 +351,70 @@ TEST(PsExactlyOnce, ARetriedPushIsAnsweredAndAppliedOnce) {
   EXPECT_EQ(out, (std::vector<float>{-3, -6}));
 }
 
+// A server that dies and comes back as a new process under its rank: the
+// worker's client (told by the scheduler, here directly) sends the new one
+// the push the old one never answered, and it lands on the checkpoint's
+// state; what the old one applied after its checkpoint is gone.
+TEST(PsRejoin, TheClientSendsAnUnansweredPushToTheServersNewProcess) {
+  rdma::EndpointOptions o;
+  o.provider = "tcp;ofi_rxm";
+  o.node = "127.0.0.1";
+  o.timeout = std::chrono::seconds(20);
+  auto old_ep = std::make_unique<rdma::Endpoint>(o);
+  rdma::Endpoint worker_ep(o);
+  ClusterMap map;
+  map.tables = {sgd_table(0, 1)};
+  map.server_rejoin_timeout = std::chrono::seconds(30);
+  map.servers.push_back(NodeInfo{.role = Role::kServer, .rank = 0, .role_rank = 0, .host = "h",
+                                 .fabric_address = old_ep->address()});
+  map.workers.push_back(NodeInfo{.role = Role::kWorker, .rank = 1, .role_rank = 0, .host = "h",
+                                 .fabric_address = worker_ep.address()});
+  old_ep->add_peer(1, worker_ep.address());
+  worker_ep.add_peer(0, old_ep->address());
+  ServerOptions so;
+  so.poll = std::chrono::milliseconds(5);
+  auto old_server = std::make_unique<Server>(*old_ep, map, 0, so);
+  std::atomic<bool> stop_old{false};
+  std::thread serving([&] { old_server->serve(stop_old); });
+  KvClient kv(worker_ep, map, 0);
+  const std::vector<uint64_t> key = {7};
+  auto push = [&](float g) { return kv.push(0, key, std::vector<float>{g}); };
+  ASSERT_TRUE(push(1).get().ok());  // applied, then checkpointed
+  stop_old = true;
+  serving.join();
+  const ShardCheckpoint c = old_server->checkpoint();  // the worker at clock 0 in it
+  stop_old = false;
+  serving = std::thread([&] { old_server->serve(stop_old); });
+  ASSERT_TRUE(push(100).get().ok());  // applied after the checkpoint: lost with the process
+  ASSERT_TRUE(kv.clock().get().ok());
+  stop_old = true;
+  serving.join();
+  // The old process is gone: nothing answers this push.
+  auto unanswered = push(10);
+  old_server.reset();
+  old_ep.reset();
+  EXPECT_NE(unanswered.wait_for(std::chrono::milliseconds(300)), std::future_status::ready);
+  // Its successor: the checkpoint, the worker's address, serving.
+  rdma::Endpoint new_ep(o);
+  new_ep.add_peer(1, worker_ep.address());
+  Server new_server(new_ep, map, 0, so);
+  new_server.restore(c, "in-memory", Server::kCheckpointClocks);
+  std::atomic<bool> stop_new{false};
+  std::thread serving_new([&] { new_server.serve(stop_new); });
+  kv.server_rejoined(0, new_ep.address());
+  const rdma::Status s = unanswered.get();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  std::vector<float> out(1);
+  ASSERT_TRUE(kv.pull(0, key, out.data()).get().ok());
+  EXPECT_EQ(out[0], -11.0f);  // SGD, rate 1: the checkpoint's -1 and the resent push's -10; not the lost -100
+  EXPECT_EQ(kv.stats().rejoins, 1u);
+  EXPECT_GE(kv.stats().resent, 1u);
+  stop_new = true;
+  serving_new.join();
+  // The worker sent its clock along: the checkpoint had 0, the new server has 1.
+  EXPECT_EQ(c.worker_clocks[0], 0);
+  EXPECT_EQ(new_server.clocks().clock(0), 1);
+}
+
 }  // namespace
 }  // namespace parafab::ps

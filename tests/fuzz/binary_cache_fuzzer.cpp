@@ -23,20 +23,15 @@
 #include <xxhash.h>
 
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_temp_file.h"
 #include "worker/binary_cache.h"
 #include "worker/data_error.h"
 
 namespace {
 
 using parafab::fuzz::check;
+using parafab::fuzz::temp_path;
 using parafab::fuzz::violated;
-
-// tmpfs when there is one: the writer fsyncs, which is free there.
-std::string temp_path(const char* what) {
-  const std::filesystem::path dir =
-      std::filesystem::is_directory("/dev/shm") ? std::filesystem::path("/dev/shm") : std::filesystem::temp_directory_path();
-  return (dir / ("parafab-fuzz-" + std::to_string(::getpid()) + "-" + what + ".pfc")).string();
-}
 
 void write_file(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -91,8 +86,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace parafab::worker;
   std::vector<unsigned char> file(data + 1, data + size);
   fix_up(file, data[0]);
-  static const std::string path = temp_path("cache");
-  static const std::string copy = temp_path("copy");
+  static const std::string path = temp_path("cache.pfc");
+  static const std::string copy = temp_path("copy.pfc");
   write_file(path, file);
   try {
     SourceStamp stamp;

@@ -22,19 +22,15 @@
 
 #include "ps/checkpoint.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/fuzz_temp_file.h"
 
 namespace {
 
 using parafab::fuzz::check;
+using parafab::fuzz::temp_path;
 using parafab::fuzz::violated;
 using parafab::ps::CheckpointError;
 using parafab::ps::ShardCheckpoint;
-
-std::string temp_path(const char* what) {
-  const std::filesystem::path dir =
-      std::filesystem::is_directory("/dev/shm") ? std::filesystem::path("/dev/shm") : std::filesystem::temp_directory_path();
-  return (dir / ("parafab-fuzz-" + std::to_string(::getpid()) + "-" + what + ".ckpt")).string();
-}
 
 // The header (checkpoint.cpp): magic 0, version 8, payload size 48, payload
 // hash 56, header hash 72 (of the 72 bytes before it); 80 bytes in all.
@@ -102,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::vector<unsigned char> file(data + 1, data + size);
   fix_up(file, data[0]);
-  static const std::string path = temp_path("in"), again = temp_path("again");
+  static const std::string path = temp_path("in.ckpt"), again = temp_path("again.ckpt");
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));

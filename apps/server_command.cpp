@@ -44,24 +44,21 @@ void restore_from(ps::Server& srv, const std::string& dir, uint32_t index, uint3
 // checkpoint (the one before when that is damaged), with its workers'
 // clocks as they were; the workers then send theirs.
 void restore_own(ps::Server& srv, const std::string& dir, uint32_t index, uint32_t servers) {
-  const std::string path = ps::checkpoint_path(dir, index, servers);
-  std::string first_error;
-  for (const std::string& p : {path, path + ".prev"}) {
-    try {
-      const ps::ShardCheckpoint c = ps::read_checkpoint(p);
-      srv.restore(c, p, ps::Server::kCheckpointClocks);
-      std::fprintf(stderr, "%s\n",
-                   fmt::format("server {}: rejoined the running job, restored from {} ({:.1f} MB, minimum worker "
-                               "clock {}, {} gradient bytes pushed into it); the updates since then are lost",
-                               index, p, c.bytes / 1e6, c.min_clock, c.bytes_pushed)
-                       .c_str());
-      return;
-    } catch (const ps::CheckpointError& e) {
-      if (first_error.empty()) first_error = e.what();
-      std::fprintf(stderr, "server %u: passed over %s\n", index, e.what());
-    }
+  std::vector<std::string> refused;
+  const auto found = ps::read_server_checkpoints(dir, index, servers, refused);
+  for (const std::string& why : refused) std::fprintf(stderr, "server %u: passed over %s\n", index, why.c_str());
+  if (found.empty()) {
+    throw ps::CheckpointError("rejoining the job needs this server's checkpoint: " +
+                              (refused.empty() ? ps::checkpoint_path(dir, index, servers) + ": none there"
+                                               : refused.front()));
   }
-  throw ps::CheckpointError("rejoining the job needs this server's checkpoint: " + first_error);
+  const auto& [path, c] = found.front();
+  srv.restore(c, path, ps::Server::kCheckpointClocks);
+  std::fprintf(stderr, "%s\n",
+               fmt::format("server {}: rejoined the running job, restored from {} ({:.1f} MB, minimum worker clock "
+                           "{}, {} gradient bytes pushed into it); the updates since then are lost",
+                           index, path, c.bytes / 1e6, c.min_clock, c.bytes_pushed)
+                   .c_str());
 }
 
 int run_server(ServerFlags f) {

@@ -222,33 +222,42 @@ ShardCheckpoint read_checkpoint(const std::string& path) {
   return c;
 }
 
+std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(const std::string& dir,
+                                                                             uint32_t server_index,
+                                                                             uint32_t num_servers,
+                                                                             std::vector<std::string>& refused) {
+  std::vector<std::pair<std::string, ShardCheckpoint>> out;
+  const std::string path = checkpoint_path(dir, server_index, num_servers);
+  for (const std::string& p : {path, path + ".prev"}) {
+    if (!std::filesystem::exists(p)) continue;
+    try {
+      ShardCheckpoint c = read_checkpoint(p);
+      if (c.server_index != server_index || c.num_servers != num_servers) {
+        throw CheckpointError(p + ": holds server " + std::to_string(c.server_index) + " of " +
+                              std::to_string(c.num_servers) + ", not " + std::to_string(server_index) + " of " +
+                              std::to_string(num_servers));
+      }
+      out.emplace_back(p, std::move(c));
+    } catch (const CheckpointError& e) {
+      refused.push_back(e.what());
+    }
+  }
+  return out;
+}
+
 CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers) {
   // Each server's usable checkpoints: the newest and the one before it.
   std::vector<std::vector<std::pair<std::string, ShardCheckpoint>>> candidates(num_servers);
   std::vector<std::string> refused;
   for (uint32_t i = 0; i < num_servers; ++i) {
-    const std::string path = checkpoint_path(dir, i, num_servers);
-    std::string first_error;
-    for (const std::string& p : {path, path + ".prev"}) {
-      if (!std::filesystem::exists(p)) continue;
-      try {
-        ShardCheckpoint c = read_checkpoint(p);
-        if (c.server_index != i || c.num_servers != num_servers) {
-          throw CheckpointError(p + ": holds server " + std::to_string(c.server_index) + " of " +
-                                std::to_string(c.num_servers) + ", not " + std::to_string(i) + " of " +
-                                std::to_string(num_servers));
-        }
-        candidates[i].emplace_back(p, std::move(c));
-      } catch (const CheckpointError& e) {
-        if (first_error.empty()) first_error = e.what();
-        refused.push_back(e.what());
-      }
-    }
+    const size_t refused_before = refused.size();
+    candidates[i] = read_server_checkpoints(dir, i, num_servers, refused);
     if (candidates[i].empty()) {
-      throw CheckpointError(first_error.empty() ? path + ": no checkpoint of server " + std::to_string(i) + " of " +
-                                                      std::to_string(num_servers) + " (the set in " + dir +
-                                                      " is incomplete)"
-                                                : first_error);
+      const std::string path = checkpoint_path(dir, i, num_servers);
+      throw CheckpointError(refused.size() == refused_before
+                                ? path + ": no checkpoint of server " + std::to_string(i) + " of " +
+                                      std::to_string(num_servers) + " (the set in " + dir + " is incomplete)"
+                                : refused[refused_before]);
     }
   }
   const uint64_t fingerprint = candidates[0].front().second.job_fingerprint;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ps/table_schema.h"
@@ -95,5 +96,14 @@ struct CheckpointSet {
 };
 // Throws CheckpointError naming the missing or unusable file.
 CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers);
+
+// One server's readable checkpoints in dir, newest first: its file and,
+// its PATH.prev, the one before (each with its path). Files that cannot be
+// used are passed over into `refused`, each with why; a missing one is
+// skipped. Empty when none is usable.
+std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(const std::string& dir,
+                                                                             uint32_t server_index,
+                                                                             uint32_t num_servers,
+                                                                             std::vector<std::string>& refused);
 
 }  // namespace parafab::ps

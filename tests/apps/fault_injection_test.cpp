@@ -111,8 +111,7 @@ class FaultInjection : public ::testing::Test {
     reference_ = held_out(ref.output());
     ASSERT_GT(reference_, 0) << ref.output();
     const std::string& out = ref.output();
-    const std::regex end_re(R"(\[server \d+\] server \d+: (\d+) gradient bytes applied since the job began)");
-    for (std::sregex_iterator m(out.begin(), out.end(), end_re), e; m != e; ++m) reference_bytes_ += std::stoull((*m)[1]);
+    for (const auto& [server, bytes] : applied_at_end(out)) reference_bytes_ += bytes;
     ASSERT_GT(reference_bytes_, 0u) << out;
   }
   static void TearDownTestSuite() {
@@ -167,18 +166,24 @@ class FaultInjection : public ::testing::Test {
     EXPECT_GE(loss, reference_ * 0.98) << "fault-free " << reference_ << "\n" << out;
     if (loss > 0 && loss <= reference_ * 1.02 && loss >= reference_ * 0.98) ++tally.survived;
   }
+  // Each server's "server I: N gradient bytes applied since the job began", by server.
+  static std::map<int, uint64_t> applied_at_end(const std::string& out) {
+    std::map<int, uint64_t> at_end;
+    const std::regex re(R"(\[server (\d+)\] server \d+: (\d+) gradient bytes applied since the job began)");
+    for (std::sregex_iterator m(out.begin(), out.end(), re), e; m != e; ++m) {
+      at_end[std::stoi((*m)[1])] = std::stoull((*m)[2]);
+    }
+    return at_end;
+  }
   // What a restart threw away: for each server, the gradient bytes it had
   // applied by the end of the attempt that failed (`before`: "server I: N
   // gradient bytes applied since the job began") minus those in the
   // checkpoint it was restored from (`after`: "... M gradient bytes pushed
   // into it)"). A server killed by SIGKILL prints no end count.
   static void count_model_lost(const std::string& before, const std::string& after) {
-    std::map<int, uint64_t> at_end, restored;
-    const std::regex end_re(R"(\[server (\d+)\] server \d+: (\d+) gradient bytes applied since the job began)");
+    const std::map<int, uint64_t> at_end = applied_at_end(before);
+    std::map<int, uint64_t> restored;
     const std::regex restored_re(R"(\[server (\d+)\] server \d+: restored from .* (\d+) gradient bytes pushed into it\))");
-    for (std::sregex_iterator m(before.begin(), before.end(), end_re), e; m != e; ++m) {
-      at_end[std::stoi((*m)[1])] = std::stoull((*m)[2]);
-    }
     for (std::sregex_iterator m(after.begin(), after.end(), restored_re), e; m != e; ++m) {
       restored[std::stoi((*m)[1])] = std::stoull((*m)[2]);
     }

@@ -147,8 +147,11 @@ class FaultInjection : public ::testing::Test {
   }
   // Waits for the job to have checkpointed (so it is mid-training), then kills one process.
   static void kill_mid_training(ChildProcess& launch, const std::string& ck, const std::string& role, int rank) {
-    const std::string first = (std::filesystem::path(file(ck)) / "server-0-of-2.ckpt").string();
-    ASSERT_TRUE(wait_until(launch, [&] { return std::filesystem::exists(first); })) << launch.output();
+    // Every server's: the one killed must have one to come back from.
+    const std::filesystem::path dir = file(ck);
+    ASSERT_TRUE(wait_until(launch, [&] {
+      return std::filesystem::exists(dir / "server-0-of-2.ckpt") && std::filesystem::exists(dir / "server-1-of-2.ckpt");
+    })) << launch.output();
     const pid_t pid = child_with_role(launch.pid(), role, rank);
     ASSERT_GT(pid, 0) << "no " << role << " " << rank << " under launch\n" << launch.output();
     ASSERT_EQ(::kill(pid, SIGKILL), 0);

@@ -22,11 +22,13 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
   co.on_node_dead = std::move(on_node_dead);
   node.rejoin_target->endpoint = node.endpoint.get();
   // Only workers talk to servers: a server has nothing to update.
-  if (role == ps::Role::kWorker) co.on_node_rejoined = [target = node.rejoin_target](const ps::NodeInfo& n) {
+  if (role == ps::Role::kWorker) co.on_node_rejoined = [target = node.rejoin_target](const ps::NodeInfo& n,
+                                                                                        const ps::RestoredPushes& r) {
     std::lock_guard lock(target->mu);
     try {
       if (target->kv != nullptr) {
-        target->kv->server_rejoined(n.rank, n.fabric_address);
+        const uint32_t w = target->kv->worker_index();
+        target->kv->server_rejoined(n.rank, n.fabric_address, r.last_push_ids.at(w), r.worker_bytes_pushed.at(w));
       } else {
         target->endpoint->replace_peer(n.rank, n.fabric_address);
       }
@@ -51,12 +53,8 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
                            node.endpoint->address_string())
                    .c_str());
   // A server back in a running job: the others passed this barrier long
-  // ago; the workers may send to it now that it knows them.
-  if (node.map->rejoin) {
-    node.client->rejoin_ready();
-  } else {
-    node.client->barrier("fabric-ready", join_timeout(flags));
-  }
+  // ago. It says rejoin_ready itself, once its checkpoint is restored.
+  if (!node.map->rejoin) node.client->barrier("fabric-ready", join_timeout(flags));
   return node;
 }
 

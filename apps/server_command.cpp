@@ -89,10 +89,16 @@ int run_server(ServerFlags f) {
                                   " rejoins a running job: it needs --checkpoint-dir (its last checkpoint)");
     }
     restore_own(srv, f.checkpoints.dir, node.role_rank, node.map->num_servers());
-  } else if (!node.map->resume_dir.empty()) {
-    restore_from(srv, node.map->resume_dir, node.role_rank, node.map->num_servers());
-  } else if (f.recover) {
-    restore_from(srv, f.checkpoints.dir, node.role_rank, node.map->num_servers());
+    // Its endpoint knows the workers and its shard is back: they may send
+    // to it, and learn what it holds of their pushes.
+    node.client->rejoin_ready(ps::RestoredPushes{srv.last_push_ids(), srv.worker_bytes_pushed()});
+  } else if (!node.map->resume_dir.empty() || f.recover) {
+    restore_from(srv, node.map->resume_dir.empty() ? f.checkpoints.dir : node.map->resume_dir, node.role_rank,
+                 node.map->num_servers());
+    // At once a checkpoint of this run: should this server die before its
+    // first one, it can rejoin from it (one of the run before holds other
+    // workers' request ids, and is refused).
+    if (!so.checkpoint_path.empty()) srv.write_checkpoint_now();
   }
   server = &srv;
   ready = true;

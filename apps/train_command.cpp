@@ -36,9 +36,12 @@ namespace {
 // worker sent them again.
 void report_rejoins(uint32_t w, const worker::KvClientStats& st) {
   if (st.rejoins == 0) return;
-  std::fprintf(stderr, "worker %u: %llu server rejoin%s; %llu unanswered request%s sent again\n", w,
-               static_cast<unsigned long long>(st.rejoins), st.rejoins == 1 ? "" : "s",
-               static_cast<unsigned long long>(st.resent), st.resent == 1 ? "" : "s");
+  std::fprintf(stderr,
+               "worker %u: %llu server rejoin%s; %llu unanswered request%s sent again; %llu gradient bytes of this "
+               "worker's acknowledged pushes lost (applied after the checkpoints the servers rejoined from)\n",
+               w, static_cast<unsigned long long>(st.rejoins), st.rejoins == 1 ? "" : "s",
+               static_cast<unsigned long long>(st.resent), st.resent == 1 ? "" : "s",
+               static_cast<unsigned long long>(st.bytes_lost_in_rejoins));
 }
 
 struct TrainFlags {

@@ -102,14 +102,17 @@ std::string checkpoint_path(const std::string& dir, uint32_t server_index, uint3
 }
 
 uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c) {
-  if (c.last_push_ids.size() != c.worker_clocks.size()) {
-    throw std::invalid_argument(path + ": a checkpoint needs one last push id per worker clock (" +
-                                std::to_string(c.last_push_ids.size()) + " for " +
+  if (c.last_push_ids.size() != c.worker_clocks.size() || c.worker_bytes_pushed.size() != c.worker_clocks.size()) {
+    throw std::invalid_argument(path + ": a checkpoint needs one last push id and one byte count per worker clock (" +
+                                std::to_string(c.last_push_ids.size()) + " and " +
+                                std::to_string(c.worker_bytes_pushed.size()) + " for " +
                                 std::to_string(c.worker_clocks.size()) + ")");
   }
   std::string payload;
   put_array(payload, c.worker_clocks);
   put_array(payload, c.last_push_ids);
+  put_array(payload, c.worker_bytes_pushed);
+  put<uint64_t>(payload, c.run_id);
   put<uint32_t>(payload, static_cast<uint32_t>(c.sparse.size()));
   for (const ShardCheckpoint::Sparse& t : c.sparse) {
     put(payload, t.id);
@@ -158,9 +161,9 @@ ShardCheckpoint read_checkpoint(const std::string& path) {
   std::memcpy(&h, bytes.data(), sizeof h);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw CheckpointError(path + ": not a parafab checkpoint (bad magic)");
   if (h.header_hash != header_hash(h)) throw CheckpointError(path + ": checkpoint header checksum mismatch (corrupt)");
-  if (h.version != kCheckpointVersion) {
-    throw CheckpointError(path + ": checkpoint version " + std::to_string(h.version) + " is not supported (this build reads " +
-                          std::to_string(kCheckpointVersion) + ")");
+  if (h.version != kCheckpointVersion && h.version != 2) {
+    throw CheckpointError(path + ": checkpoint version " + std::to_string(h.version) +
+                          " is not supported (this build reads 2 and " + std::to_string(kCheckpointVersion) + ")");
   }
   if (bytes.size() - sizeof h != h.payload_bytes) {
     throw CheckpointError(path + ": checkpoint has " + std::to_string(bytes.size() - sizeof h) +
@@ -186,6 +189,17 @@ ShardCheckpoint read_checkpoint(const std::string& path) {
     throw CheckpointError(path + ": checkpoint is inconsistent: last push ids of " +
                           std::to_string(c.last_push_ids.size()) + " workers, clocks of " +
                           std::to_string(h.num_workers));
+  }
+  if (h.version >= 3) {
+    c.worker_bytes_pushed = r.get_array<uint64_t>("per-worker gradient bytes");
+    if (c.worker_bytes_pushed.size() != h.num_workers) {
+      throw CheckpointError(path + ": checkpoint is inconsistent: gradient bytes of " +
+                            std::to_string(c.worker_bytes_pushed.size()) + " workers, clocks of " +
+                            std::to_string(h.num_workers));
+    }
+    c.run_id = r.get<uint64_t>("run id");
+  } else {
+    c.worker_bytes_pushed.assign(h.num_workers, 0);
   }
   const uint32_t n_sparse = r.get<uint32_t>("sparse table count");
   for (uint32_t i = 0; i < n_sparse; ++i) {

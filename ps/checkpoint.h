@@ -11,9 +11,11 @@
 // server index, servers, workers, job fingerprint, the server's minimum
 // worker clock, the wall time written, payload size, xxHash64 of the
 // payload, the gradient bytes pushed into the shard, xxHash64 of the
-// header), then the workers' clocks, their last applied push ids and, per
-// table, its id, kind, width, state floats, and either the keys with their
-// values and state (sparse) or the shard's rows, values and state (dense).
+// header), then the workers' clocks, their last applied push ids, the
+// gradient bytes applied from each, the run's job id and, per table, its
+// id, kind, width, state floats, and either the keys with their values and
+// state (sparse) or the shard's rows, values and state (dense). Version 2
+// files (without per-worker bytes and run) are still read.
 // Written with write_file_atomically: a crash leaves the previous checkpoint.
 #pragma once
 
@@ -27,7 +29,9 @@
 
 namespace parafab::ps {
 
-inline constexpr uint32_t kCheckpointVersion = 2;  // 2: the workers' last push ids
+// 2: the workers' last push ids; 3: the bytes applied from each worker and
+// the run (scheduler job id) that wrote it.
+inline constexpr uint32_t kCheckpointVersion = 3;
 
 // A checkpoint that cannot be used; what() names the file and what is wrong.
 class CheckpointError : public std::runtime_error {
@@ -48,6 +52,15 @@ struct ShardCheckpoint {
   // By worker index: the request id of the last push applied (0: none). A
   // push retried after a restore is applied only if it is newer.
   std::vector<uint64_t> last_push_ids;
+  // By worker index: the gradient bytes applied from that worker in this
+  // run (a worker compares them with its acknowledged pushes to measure what
+  // a rejoined server lost). Zeros from a version 2 file.
+  std::vector<uint64_t> worker_bytes_pushed;
+  // The job id (ClusterMap::job_id, new with every scheduler start) of the
+  // run whose workers the clocks, ids and per-worker bytes belong to; 0 from
+  // a version 2 file. A server rejoining a running job takes only a
+  // checkpoint of that run.
+  uint64_t run_id = 0;
   struct Sparse {
     uint32_t id = 0, width = 0, state_floats = 0;
     std::vector<uint64_t> keys;

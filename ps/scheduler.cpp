@@ -185,9 +185,22 @@ struct Scheduler::Impl {
             invalid(c, proto::ERROR_PROTOCOL, "rejoin_ready from " + c.describe() + ", which did not rejoin");
             return;
           }
+          const proto::RejoinReady& ready = m.rejoin_ready();
+          if (ready.last_push_ids_size() != static_cast<int>(map.workers.size()) ||
+              ready.worker_bytes_pushed_size() != static_cast<int>(map.workers.size())) {
+            invalid(c, proto::ERROR_MALFORMED,
+                    "rejoin_ready from " + c.describe() + " with the push counts of " +
+                        std::to_string(ready.last_push_ids_size()) + " and " +
+                        std::to_string(ready.worker_bytes_pushed_size()) + " workers; the job has " +
+                        std::to_string(map.workers.size()));
+            return;
+          }
           c.rejoining = false;
           proto::Envelope back;
-          to_proto(map.servers[c.role_rank], back.mutable_node_rejoined()->mutable_node());
+          proto::NodeRejoined* told = back.mutable_node_rejoined();
+          to_proto(map.servers[c.role_rank], told->mutable_node());
+          *told->mutable_last_push_ids() = ready.last_push_ids();
+          *told->mutable_worker_bytes_pushed() = ready.worker_bytes_pushed();
           for_each_live([&](const Conn& n) {
             if (&n != &c) n.channel->send(back);
           });

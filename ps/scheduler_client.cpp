@@ -271,6 +271,9 @@ struct SchedulerClient::Impl {
 
   void on_node_rejoined(const proto::NodeRejoined& r) {
     const NodeInfo n = from_proto(r.node());
+    RestoredPushes pushes;
+    pushes.last_push_ids.assign(r.last_push_ids().begin(), r.last_push_ids().end());
+    pushes.worker_bytes_pushed.assign(r.worker_bytes_pushed().begin(), r.worker_bytes_pushed().end());
     {
       std::lock_guard lock(mu);
       if (phase != Phase::kJoined) throw ProtocolError("node_rejoined before the cluster map");
@@ -279,13 +282,18 @@ struct SchedulerClient::Impl {
                             std::to_string(n.role_rank) + " (rank " + std::to_string(n.rank) +
                             "), not a server of this job");
       }
+      if (pushes.last_push_ids.size() != map.workers.size() || pushes.worker_bytes_pushed.size() != map.workers.size()) {
+        throw ProtocolError("node_rejoined carries the push counts of " + std::to_string(pushes.last_push_ids.size()) +
+                            " and " + std::to_string(pushes.worker_bytes_pushed.size()) + " workers; the job has " +
+                            std::to_string(map.workers.size()));
+      }
       map.servers[n.role_rank].host = n.host;
       map.servers[n.role_rank].fabric_address = n.fabric_address;
       dead.erase(std::remove(dead.begin(), dead.end(), n.rank), dead.end());
     }
     spdlog::info("scheduler client: server {} (rank {}, host {}) rejoined", n.role_rank, n.rank, n.host);
     cv.notify_all();
-    if (opt.on_node_rejoined) opt.on_node_rejoined(n);
+    if (opt.on_node_rejoined) opt.on_node_rejoined(n, pushes);
   }
 
   void schedule_heartbeat() {
@@ -427,9 +435,11 @@ void SchedulerClient::done() {
   impl_->joined_channel("done")->send(m);
 }
 
-void SchedulerClient::rejoin_ready() {
+void SchedulerClient::rejoin_ready(const RestoredPushes& pushes) {
   proto::Envelope m;
-  m.mutable_rejoin_ready();
+  proto::RejoinReady* r = m.mutable_rejoin_ready();
+  r->mutable_last_push_ids()->Add(pushes.last_push_ids.begin(), pushes.last_push_ids.end());
+  r->mutable_worker_bytes_pushed()->Add(pushes.worker_bytes_pushed.begin(), pushes.worker_bytes_pushed.end());
   impl_->joined_channel("rejoin_ready")->send(m);
 }
 

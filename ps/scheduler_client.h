@@ -31,6 +31,13 @@
 
 namespace parafab::ps {
 
+// What a rejoined server's checkpoint holds of the workers' pushes, by
+// worker index (Server::last_push_ids, Server::worker_bytes_pushed).
+struct RestoredPushes {
+  std::vector<uint64_t> last_push_ids;
+  std::vector<uint64_t> worker_bytes_pushed;
+};
+
 struct SchedulerClientOptions {
   std::string host = "127.0.0.1";  // the scheduler's
   uint16_t port = 0;
@@ -54,8 +61,9 @@ struct SchedulerClientOptions {
   // Called on the client's thread for every node declared dead.
   std::function<void(const NodeInfo& node, const std::string& reason)> on_node_dead;
   // A dead server came back under its rank, at node.fabric_address (the
-  // client's map already says so). Called on the client's I/O thread.
-  std::function<void(const NodeInfo& node)> on_node_rejoined;
+  // client's map already says so), holding `pushes` of each worker. Called
+  // on the client's I/O thread.
+  std::function<void(const NodeInfo& node, const RestoredPushes& pushes)> on_node_rejoined;
 };
 
 class SchedulerClient {
@@ -87,9 +95,10 @@ class SchedulerClient {
   // workers have.
   void done();
   // A server that rejoined a running job (its map says `rejoin`), once its
-  // endpoint has the workers' addresses: the workers then hear of it and
-  // send it their requests.
-  void rejoin_ready();
+  // endpoint has the workers' addresses and its checkpoint is restored: the
+  // workers then hear of it, with what it holds of their pushes (one entry
+  // per worker of the job), and send it their requests.
+  void rejoin_ready(const RestoredPushes& pushes);
   // True once the scheduler's Shutdown arrived; false on timeout; throws when
   // the connection failed without one.
   bool wait_for_shutdown(std::chrono::milliseconds timeout);

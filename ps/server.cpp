@@ -2,10 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace parafab::ps {
 namespace {
+
+std::string job_hex(uint64_t id) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
+  return text;
+}
 
 bool is_request(Op op) {
   return op == Op::kPull || op == Op::kPush || op == Op::kClock || op == Op::kDensePull || op == Op::kDensePush ||
@@ -21,7 +28,8 @@ Server::Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_
       options_(options),
       range_(map.partition().range(server_index)),
       clocks_(map.num_workers()),
-      last_push_id_(map.num_workers(), 0) {
+      last_push_id_(map.num_workers(), 0),
+      worker_bytes_pushed_(map.num_workers(), 0) {
   for (const TableSchema& t : map.tables) {
     t.validate();
     if (t.kind == TableKind::kSparse) {
@@ -97,6 +105,8 @@ ShardCheckpoint Server::checkpoint() const {
                                                 .count());
   c.bytes_pushed = stats_.bytes_pushed_restored + stats_.bytes_pushed;
   c.last_push_ids = last_push_id_;
+  c.worker_bytes_pushed = worker_bytes_pushed_;
+  c.run_id = map_.job_id;
   for (uint32_t w = 0; w < clocks_.workers(); ++w) c.worker_clocks.push_back(clocks_.clock(w));
   for (const auto& [id, t] : sparse_) {
     ShardCheckpoint::Sparse s;
@@ -141,6 +151,17 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
     refuse("has the last push ids of " + std::to_string(c.last_push_ids.size()) + " workers; this job has " +
            std::to_string(clocks_.workers()));
   }
+  if (c.worker_bytes_pushed.size() != clocks_.workers()) {
+    refuse("has the gradient bytes of " + std::to_string(c.worker_bytes_pushed.size()) + " workers; this job has " +
+           std::to_string(clocks_.workers()));
+  }
+  if (clock == kCheckpointClocks && c.run_id != map_.job_id) {
+    refuse(c.run_id == 0 ? "names no run (an older version's checkpoint), so a server cannot rejoin the running job "
+                           "from it"
+                         : "was written by job " + job_hex(c.run_id) + ", not this run (job " +
+                               job_hex(map_.job_id) + "): before the job was resumed, or by another job, so it "
+                               "does not hold this run's pushes");
+  }
   if (c.sparse.size() != sparse_.size() || c.dense.size() != dense_.size()) refuse("holds other tables than this shard");
   for (const ShardCheckpoint::Sparse& s : c.sparse) {
     SparseTable* t = sparse_table(s.id);
@@ -174,8 +195,10 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
   // rejoin; a resumed job's workers are new and number theirs from 1.
   if (clock == kCheckpointClocks) {
     last_push_id_ = c.last_push_ids;
+    worker_bytes_pushed_ = c.worker_bytes_pushed;
   } else {
     std::fill(last_push_id_.begin(), last_push_id_.end(), 0);
+    std::fill(worker_bytes_pushed_.begin(), worker_bytes_pushed_.end(), 0);
   }
 }
 
@@ -276,6 +299,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       ++stats_.pushes;
       stats_.keys_pushed += d.keys.size();
       stats_.bytes_pushed += d.values.size() * sizeof(float);
+      worker_bytes_pushed_[worker] += d.values.size() * sizeof(float);
       stats_.refused_non_finite += r.refused_non_finite;
       reply_header(message.from, h, Op::kPushReply);
       return;
@@ -285,6 +309,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       ++stats_.pushes;
       stats_.keys_pushed += d.keys[1];
       stats_.bytes_pushed += d.values.size() * sizeof(float);
+      worker_bytes_pushed_[worker] += d.values.size() * sizeof(float);
       stats_.refused_non_finite += r.refused_non_finite;
       reply_header(message.from, h, Op::kDensePushReply);
       return;

@@ -88,14 +88,24 @@ class Server {
   // or with kCheckpointClocks to the checkpoint's own (a server rejoining
   // a running job: the workers then send theirs). Throws CheckpointError
   // naming `path` when it is not this server's shard of this job's tables.
-  // The workers' last push ids come back only with kCheckpointClocks (the
-  // same worker processes); a resumed job's new workers start afresh.
+  // The workers' last push ids and per-worker byte counts come back only
+  // with kCheckpointClocks (the same worker processes); a resumed job's new
+  // workers start afresh. With kCheckpointClocks the checkpoint must be of
+  // this run (its run_id the map's job id): one written before the job was
+  // resumed, or by another job, does not hold this run's pushes, and is
+  // refused.
   static constexpr int64_t kCheckpointClocks = -1;
   void restore(const ShardCheckpoint& c, const std::string& path, int64_t clock);
   // Writes checkpoint() to options.checkpoint_path now.
   void write_checkpoint_now();
 
   ServerStats stats() const { return stats_; }
+  // By worker index: the request id of the last push applied, and the
+  // gradient bytes applied from it in this run (restored ones included). A
+  // rejoined server hands both to the workers (SchedulerClient::rejoin_ready),
+  // which tell from them what it lost.
+  const std::vector<uint64_t>& last_push_ids() const { return last_push_id_; }
+  const std::vector<uint64_t>& worker_bytes_pushed() const { return worker_bytes_pushed_; }
   const ClockTable& clocks() const { return clocks_; }
   SparseTable* sparse_table(uint32_t id);
   DenseTable* dense_table(uint32_t id);
@@ -138,6 +148,7 @@ class Server {
   // so a push whose id is not above it is a retry of one already applied:
   // answered, not applied again.
   std::vector<uint64_t> last_push_id_;
+  std::vector<uint64_t> worker_bytes_pushed_;  // by worker index, this run
   std::deque<Parked> parked_;
   // Replies in flight: the transport reads their bytes until the send completes.
   std::deque<std::pair<std::future<rdma::Status>, rdma::ByteBuffer>> in_flight_;

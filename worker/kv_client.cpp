@@ -35,6 +35,9 @@ struct KvClient::Pending {
   // Not zero-filled: push and pull write every byte of their messages.
   std::unordered_map<uint32_t, rdma::ByteBuffer> messages;
   std::unordered_map<uint32_t, bool> answered;
+  // Pushes: server rank -> gradient bytes in its message (what the server
+  // counts as applied).
+  std::unordered_map<uint32_t, uint64_t> value_bytes;
   size_t remaining = 0;
   bool posting = true;  // start() is still sending: only it may finish the request
   struct Send {
@@ -55,7 +58,12 @@ struct KvClient::Pending {
 
 KvClient::KvClient(rdma::Endpoint& endpoint, const ps::ClusterMap& map, uint32_t worker_index,
                    KvClientOptions options)
-    : endpoint_(endpoint), map_(map), worker_index_(worker_index), options_(options) {
+    : endpoint_(endpoint),
+      map_(map),
+      worker_index_(worker_index),
+      options_(options),
+      acked_push_bytes_(map.num_servers(), 0),
+      lost_push_bytes_(map.num_servers(), 0) {
   if (worker_index >= map.num_workers()) {
     throw std::invalid_argument("worker index " + std::to_string(worker_index) + " but the job has " +
                                 std::to_string(map.num_workers()) + " workers");
@@ -214,6 +222,7 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
     ps::WireHeader h{.op = ps::Op::kPush, .table = table, .sender = rank(), .clock = clock_.load(),
                      .key_count = sp.count[s], .payload_bytes = sp.count[s] * w * sizeof(float)};
     auto& bytes = p->messages[map_.server_rank(s)];
+    p->value_bytes[map_.server_rank(s)] = h.payload_bytes;
     bytes.resize(ps::kWireHeaderBytes + sp.count[s] * 8 + h.payload_bytes);
     ps::encode_header(h, bytes.data());
     key_at[s] = bytes.data() + ps::kWireHeaderBytes;
@@ -291,6 +300,7 @@ std::future<rdma::Status> KvClient::dense_push(uint32_t table, uint64_t first_ro
     if (b >= e) continue;
     const uint64_t range[2] = {b, e - b};
     ps::WireHeader h{.op = ps::Op::kDensePush, .table = table, .sender = rank(), .clock = clock_.load()};
+    p->value_bytes[map_.server_rank(s)] = (e - b) * schema.width * sizeof(float);
     p->messages[map_.server_rank(s)] = as_buffer(
         ps::encode_message(h, range, grads.subspan((b - first_row) * schema.width, (e - b) * schema.width)));
   }
@@ -469,6 +479,8 @@ void KvClient::on_reply(const rdma::Message& m) {
       if (p.error.ok()) p.error = rdma::Status(rdma::StatusCode::kInvalidArgument, who + ": " + d.error_text);
     } else if (d.header.op != p.reply_op) {
       if (p.error.ok()) p.error = rdma::Status(rdma::StatusCode::kPeerError, who + " answered with op " + ps::to_string(d.header.op));
+    } else if (const auto vb = p.value_bytes.find(m.from); vb != p.value_bytes.end()) {
+      acked_push_bytes_[m.from] += vb->second;  // a push acknowledged: the server holds it
     } else if (d.header.op == ps::Op::kDenseRegionReply) {
       p.reply_keys.assign(d.keys.begin(), d.keys.end());
     } else if (p.out != nullptr) {
@@ -549,7 +561,11 @@ uint64_t KvClient::epoch_of(uint32_t server) const {
   return it == epochs_.end() ? 0 : it->second;
 }
 
-void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> address) {
+void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> address, uint64_t restored_last_push_id,
+                               uint64_t restored_bytes) {
+  if (server >= map_.num_servers()) {
+    throw std::invalid_argument("server_rejoined: rank " + std::to_string(server) + " is not a server of this job");
+  }
   // Under the send lock: no request is numbered or sent meanwhile, so each
   // one went either to the old process (and is sent again below) or goes
   // to the new one.
@@ -584,6 +600,22 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     }
     stats_.resent += again.size();
     ++stats_.rejoins;
+    // What the server lost of this worker's pushes: those it acknowledged
+    // (A) but its checkpoint (C) does not hold. C's bytes are the restored
+    // count; C is in A or among the unanswered pushes (U) with an id up to
+    // the restored last one, so |A \ C| = |A| - |C| + |U and C|. Over every
+    // life of the server: the pushes lost in an earlier rejoin are in A and
+    // in no later checkpoint, so this is the running total.
+    uint64_t unanswered_held = 0;
+    for (const auto& [id, p] : again) {
+      if (const auto vb = p->value_bytes.find(server); vb != p->value_bytes.end() && id <= restored_last_push_id) {
+        unanswered_held += vb->second;
+      }
+    }
+    const uint64_t held = acked_push_bytes_[server] + unanswered_held;
+    lost_push_bytes_[server] = held > restored_bytes ? held - restored_bytes : 0;
+    stats_.bytes_lost_in_rejoins = 0;
+    for (const uint64_t lost : lost_push_bytes_) stats_.bytes_lost_in_rejoins += lost;
   }
   std::sort(again.begin(), again.end());
   std::vector<Pending::Send> sent;

@@ -44,6 +44,10 @@ struct KvClientStats {
   uint64_t push_bytes = 0, pull_bytes = 0;  // payload sent and received
   uint64_t requests = 0, errors = 0, unexpected_replies = 0;
   uint64_t rejoins = 0, resent = 0;  // servers back under their rank; requests sent to them again
+  // Gradient bytes of this worker's pushes that a server acknowledged, then
+  // lost when it died (applied after the checkpoint it rejoined from), over
+  // every rejoin (server_rejoined).
+  uint64_t bytes_lost_in_rejoins = 0;
 };
 
 class KvClient {
@@ -85,14 +89,20 @@ class KvClient {
   // checkpoint set's). Before the first request.
   void start_at_clock(int64_t clock) { clock_.store(clock); }
   uint32_t rank() const { return map_.worker_rank(worker_index_); }
+  uint32_t worker_index() const { return worker_index_; }
   // Server `server` (its rank) is back as a new process at `address`,
   // restored from its checkpoint (the scheduler's NodeRejoined): later
   // requests go there, and every request it had not answered is sent to it
   // again with its old id (a push it already holds is not applied twice),
   // then this worker's clock. While the map's server_rejoin_timeout is set,
   // a request to a dead server waits for it that much longer instead of
-  // failing on the first send error.
-  void server_rejoined(uint32_t server, std::span<const std::byte> address);
+  // failing on the first send error. restored_last_push_id and
+  // restored_bytes are what the new process holds of this worker's pushes
+  // (the last id applied and the gradient bytes applied, from its
+  // checkpoint): with them the client counts what the server lost,
+  // stats().bytes_lost_in_rejoins.
+  void server_rejoined(uint32_t server, std::span<const std::byte> address, uint64_t restored_last_push_id,
+                       uint64_t restored_bytes);
   KvClientStats stats() const;
   // Attempts of dense_read that met a concurrent push and were retried.
   uint64_t dense_read_retries() const { return dense_read_retries_.load(); }
@@ -126,6 +136,9 @@ class KvClient {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
   KvClientStats stats_;
+  // By server rank: gradient bytes of pushes it acknowledged (every life of
+  // it), and of those, lost in its rejoins so far.
+  std::vector<uint64_t> acked_push_bytes_, lost_push_bytes_;
 
   struct DenseRegion {
     uint64_t begin_row = 0, end_row = 0, values_offset = 0;

@@ -191,6 +191,8 @@ void checkpoint_seeds(const fs::path& dir) {
   c.bytes_pushed = 4096;
   c.worker_clocks = {20, 22};
   c.last_push_ids = {17, 19};
+  c.worker_bytes_pushed = {2048, 2048};
+  c.run_id = 0x0123456789abcdef;
   c.sparse.push_back({.id = 0, .width = 2, .state_floats = 2, .keys = {5, 9}, .data = {1, 2, 3, 4, 5, 6, 7, 8}});
   c.dense.push_back({.id = 1, .width = 2, .begin_row = 3, .end_row = 5, .values = {1, 2, 3, 4}, .state = {0.5f}});
   const fs::path tmp = dir / "tmp.ckpt";

@@ -72,6 +72,9 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   ShardCheckpoint written = a.checkpoint();
   written.bytes_pushed = 123456789012;  // as if that many gradient bytes had come in by message
   written.last_push_ids = {7, uint64_t{1} << 40};  // and the workers' pushes up to these request ids
+  written.worker_bytes_pushed = {400, uint64_t{3} << 41};  // that many bytes from each
+  EXPECT_EQ(written.run_id, map.job_id);
+  written.run_id = 0x5eed;  // the run that wrote it (the scheduler's job id)
   EXPECT_GT(write_checkpoint(path, written), 0u);
   Server b(eb, map, 0, {});
   const ShardCheckpoint back = read_checkpoint(path);
@@ -84,12 +87,29 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   // numbering from 1, so they start afresh; a server rejoining the same
   // workers (kCheckpointClocks) keeps them, so a retry is not applied twice.
   EXPECT_EQ(back.last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
+  EXPECT_EQ(back.worker_bytes_pushed, (std::vector<uint64_t>{400, uint64_t{3} << 41}));
+  EXPECT_EQ(back.run_id, 0x5eedu);
   EXPECT_EQ(b.checkpoint().last_push_ids, (std::vector<uint64_t>{0, 0}));
+  EXPECT_EQ(b.checkpoint().worker_bytes_pushed, (std::vector<uint64_t>{0, 0}));
+  // Rejoining needs a checkpoint of the running job's run: refused from
+  // another run (before a resume, or another job), naming the file.
   rdma::Endpoint ed(endpoint_options());
   Server d(ed, map, 0, {});
-  d.restore(back, path, Server::kCheckpointClocks);
-  EXPECT_EQ(d.checkpoint().last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
-  EXPECT_EQ(d.checkpoint().worker_clocks, written.worker_clocks);
+  try {
+    d.restore(back, path, Server::kCheckpointClocks);
+    ADD_FAILURE() << "a checkpoint of another run was taken for a rejoin";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": was written by job 0000000000005eed, not this run"),
+              std::string::npos)
+        << e.what();
+  }
+  ClusterMap same_run = map;
+  same_run.job_id = 0x5eed;
+  Server d2(ed, same_run, 0, {});
+  d2.restore(back, path, Server::kCheckpointClocks);
+  EXPECT_EQ(d2.checkpoint().last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
+  EXPECT_EQ(d2.worker_bytes_pushed(), (std::vector<uint64_t>{400, uint64_t{3} << 41}));
+  EXPECT_EQ(d2.checkpoint().worker_clocks, written.worker_clocks);
   EXPECT_EQ(pull_all(a), pull_all(b));
   // AdaGrad's accumulators and Adam's moments and step came back too: the
   // same next pushes move both servers to the same values.
@@ -103,6 +123,27 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   Server c(ec, map, 0, {});
   for (uint32_t i = 5; i < 8; ++i) push_some(c, i);
   EXPECT_NE(pull_all(a), pull_all(c));
+}
+
+// A version 2 file (the fuzz corpus keeps one, written before version 3,
+// after the fuzzer's option byte) still reads: no per-worker bytes (zeros)
+// and no run.
+TEST(CheckpointTest, AVersion2FileStillReads) {
+  std::ifstream seed(std::string(PARAFAB_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint_reader/two_tables_v2",
+                     std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(seed)), {});
+  ASSERT_GT(bytes.size(), 81u);
+  testing::TempDir dir;
+  const std::string path = (dir.path() / "v2.ckpt").string();
+  std::ofstream(path, std::ios::binary).write(bytes.data() + 1, static_cast<std::streamsize>(bytes.size() - 1));
+  const ShardCheckpoint c = read_checkpoint(path);
+  EXPECT_EQ(c.server_index, 1u);
+  EXPECT_EQ(c.worker_clocks, (std::vector<int64_t>{20, 22}));
+  EXPECT_EQ(c.last_push_ids, (std::vector<uint64_t>{17, 19}));
+  EXPECT_EQ(c.worker_bytes_pushed, (std::vector<uint64_t>{0, 0}));
+  EXPECT_EQ(c.run_id, 0u);
+  ASSERT_EQ(c.sparse.size(), 1u);
+  EXPECT_EQ(c.sparse[0].keys, (std::vector<uint64_t>{5, 9}));
 }
 
 TEST(CheckpointTest, DamagedFilesAreRefusedWithTheirPath) {
@@ -163,6 +204,7 @@ TEST(CheckpointTest, SetMeetsAtAClockEveryServerHasAndRefusesOtherTables) {
   c.job_fingerprint = 42;
   c.worker_clocks = {0, 0};
   c.last_push_ids = {0, 0};
+  c.worker_bytes_pushed = {0, 0};
   auto write_at = [&](uint32_t server, int64_t clock) {
     c.server_index = server;
     c.min_clock = clock;

@@ -401,7 +401,7 @@ TEST(PsRejoin, TheClientSendsAnUnansweredPushToTheServersNewProcess) {
   new_server.restore(c, "in-memory", Server::kCheckpointClocks);
   std::atomic<bool> stop_new{false};
   std::thread serving_new([&] { new_server.serve(stop_new); });
-  kv.server_rejoined(0, new_ep.address());
+  kv.server_rejoined(0, new_ep.address(), new_server.last_push_ids()[0], new_server.worker_bytes_pushed()[0]);
   const rdma::Status s = unanswered.get();
   EXPECT_TRUE(s.ok()) << s.to_string();
   std::vector<float> out(1);
@@ -409,11 +409,90 @@ TEST(PsRejoin, TheClientSendsAnUnansweredPushToTheServersNewProcess) {
   EXPECT_EQ(out[0], -11.0f);  // SGD, rate 1: the checkpoint's -1 and the resent push's -10; not the lost -100
   EXPECT_EQ(kv.stats().rejoins, 1u);
   EXPECT_GE(kv.stats().resent, 1u);
+  // The client counted what went with the old process: the one float of
+  // the push of 100, acknowledged after the checkpoint.
+  EXPECT_EQ(c.worker_bytes_pushed[0], sizeof(float));
+  EXPECT_EQ(kv.stats().bytes_lost_in_rejoins, sizeof(float));
   stop_new = true;
   serving_new.join();
   // The worker sent its clock along: the checkpoint had 0, the new server has 1.
   EXPECT_EQ(c.worker_clocks[0], 0);
   EXPECT_EQ(new_server.clocks().clock(0), 1);
+}
+
+// What a rejoined server lost of a worker's pushes, as the client counts
+// it: those it acknowledged that the restored checkpoint does not hold. A
+// raw endpoint plays the server, so the test chooses which pushes were
+// answered and which the checkpoint holds (the closed form: the bytes of
+// the acknowledged pushes outside the checkpoint).
+TEST(PsRejoin, TheClientCountsTheAcknowledgedPushesTheCheckpointLacks) {
+  rdma::EndpointOptions o;
+  o.provider = "tcp;ofi_rxm";
+  o.node = "127.0.0.1";
+  o.timeout = std::chrono::seconds(20);
+  rdma::Endpoint worker_ep(o), first(o), second(o), third(o);
+  ClusterMap map;
+  map.tables = {sgd_table(0, 2)};  // 8 gradient bytes a key
+  map.server_rejoin_timeout = std::chrono::seconds(30);
+  map.servers.push_back(NodeInfo{.role = Role::kServer, .rank = 0, .role_rank = 0, .host = "h",
+                                 .fabric_address = first.address()});
+  map.workers.push_back(NodeInfo{.role = Role::kWorker, .rank = 1, .role_rank = 0, .host = "h",
+                                 .fabric_address = worker_ep.address()});
+  for (rdma::Endpoint* e : {&first, &second, &third}) e->add_peer(1, worker_ep.address());
+  worker_ep.add_peer(0, first.address());
+  KvClient kv(worker_ep, map, 0);
+  // Push n has n keys: 8n bytes.
+  auto push = [&](uint64_t n) {
+    std::vector<uint64_t> keys(n);
+    for (uint64_t k = 0; k < n; ++k) keys[k] = 100 * n + k;
+    return kv.push(0, keys, std::vector<float>(2 * n, 1.0f));
+  };
+  // The server's side: takes the next push, answers it or not; its id.
+  auto take = [](rdma::Endpoint& server, bool answer) -> uint64_t {
+    auto m = server.receive(std::chrono::seconds(10));
+    EXPECT_TRUE(m) << "no push arrived";
+    if (!m) return 0;
+    DecodedMessage d;
+    EXPECT_FALSE(decode_message(m->data, WireLimits{}, d));
+    EXPECT_EQ(d.header.op, Op::kPush);
+    if (answer) {
+      const auto r = encode_message(WireHeader{.op = Op::kPushReply, .sender = 0, .request_id = d.header.request_id},
+                                    {}, std::span<const std::byte>());
+      EXPECT_TRUE(server.send(1, 0, r.data(), r.size()).get().ok());
+    }
+    return d.header.request_id;
+  };
+  auto p1 = push(1), p2 = push(2), p3 = push(3), p4 = push(4);
+  (void)take(first, true);
+  (void)take(first, true);
+  const uint64_t id3 = take(first, false);
+  (void)take(first, false);
+  ASSERT_TRUE(p1.get().ok());
+  ASSERT_TRUE(p2.get().ok());
+  // The first process dies; the second comes back from a checkpoint that
+  // holds pushes 1 and 3 (3 applied, its answer lost): 8 + 24 bytes, last
+  // id 3's. Push 2 was acknowledged and is not in it: 16 bytes lost.
+  kv.server_rejoined(0, second.address(), id3, 8 + 24);
+  EXPECT_EQ(kv.stats().bytes_lost_in_rejoins, 16u);
+  EXPECT_EQ(kv.stats().resent, 2u);  // pushes 3 and 4
+  EXPECT_EQ(take(second, true), id3);
+  (void)take(second, true);
+  ASSERT_TRUE(p3.get().ok());
+  ASSERT_TRUE(p4.get().ok());
+  // The second dies too; the third holds everything but push 2 (lost in
+  // the first death): the count stays 16, not 16 more.
+  const uint64_t id5 = [&] {
+    auto p5 = push(5);
+    const uint64_t id = take(second, true);
+    EXPECT_TRUE(p5.get().ok());
+    return id;
+  }();
+  kv.server_rejoined(0, third.address(), id5, 8 + 24 + 32 + 40);
+  EXPECT_EQ(kv.stats().bytes_lost_in_rejoins, 16u);
+  // A third checkpoint that lacks push 5 as well: 40 bytes more.
+  kv.server_rejoined(0, first.address(), id5 - 1, 8 + 24 + 32);
+  EXPECT_EQ(kv.stats().bytes_lost_in_rejoins, 16u + 40u);
+  EXPECT_EQ(kv.stats().rejoins, 3u);
 }
 
 }  // namespace

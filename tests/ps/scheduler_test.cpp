@@ -497,10 +497,12 @@ TEST(SchedulerTest, ADeadServerRejoinsUnderItsRank) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<NodeInfo> rejoined;
+  RestoredPushes told;
   bool dead = false;
-  w.on_node_rejoined = [&](const NodeInfo& n) {
+  w.on_node_rejoined = [&](const NodeInfo& n, const RestoredPushes& r) {
     std::lock_guard lock(mu);
     rejoined.push_back(n);
+    told = r;
     cv.notify_all();
   };
   w.on_node_dead = [&](const NodeInfo&, const std::string&) {
@@ -535,12 +537,23 @@ TEST(SchedulerTest, ADeadServerRejoinsUnderItsRank) {
     std::unique_lock lock(mu);
     EXPECT_FALSE(cv.wait_for(lock, 300ms, [&] { return !rejoined.empty(); })) << "told before the server was ready";
   }
-  again.rejoin_ready();
+  // Counts of the wrong number of workers: refused (counted), nobody told.
+  const uint64_t invalid_before = sched->stats().invalid_messages;
+  again.rejoin_ready(RestoredPushes{.last_push_ids = {41, 42}, .worker_bytes_pushed = {4096}});
+  {
+    std::unique_lock lock(mu);
+    EXPECT_FALSE(cv.wait_for(lock, 300ms, [&] { return !rejoined.empty(); })) << "told of a malformed rejoin_ready";
+  }
+  EXPECT_EQ(sched->stats().invalid_messages, invalid_before + 1);
+  again.rejoin_ready(RestoredPushes{.last_push_ids = {41}, .worker_bytes_pushed = {4096}});
   {
     std::unique_lock lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return !rejoined.empty(); })) << "the worker never heard of it";
     EXPECT_EQ(rejoined[0].rank, 1u);
     EXPECT_EQ(rejoined[0].fabric_address, back.fabric_address);
+    // What the restored server holds of the worker's pushes came along.
+    EXPECT_EQ(told.last_push_ids, (std::vector<uint64_t>{41}));
+    EXPECT_EQ(told.worker_bytes_pushed, (std::vector<uint64_t>{4096}));
   }
   EXPECT_EQ(clients[2]->cluster_map().servers[1].fabric_address, back.fabric_address);
   EXPECT_EQ(sched->stats().rejoined, 1u);

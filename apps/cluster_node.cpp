@@ -19,7 +19,14 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
   co.role = role;
   co.host_name = this_host_name();
   co.fabric_address = node.endpoint->address();
-  co.on_node_dead = std::move(on_node_dead);
+  // Sends to a dead node fail at once from now on (a post retrying for it
+  // stops), instead of holding the sender until the fabric timeout: a
+  // worker's KV client sends under one lock, which a rejoin needs too.
+  co.on_node_dead = [endpoint = node.endpoint.get(), user = std::move(on_node_dead)](const ps::NodeInfo& n,
+                                                                                     const std::string& why) {
+    endpoint->mark_peer_failed(n.rank, "declared dead by the scheduler: " + why);
+    if (user) user(n, why);
+  };
   node.rejoin_target->endpoint = node.endpoint.get();
   // Only workers talk to servers: a server has nothing to update.
   if (role == ps::Role::kWorker) co.on_node_rejoined = [target = node.rejoin_target](const ps::NodeInfo& n,

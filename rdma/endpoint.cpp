@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "rdma/fabric_error.h"
@@ -78,6 +79,20 @@ Status Endpoint::Impl::post(Operation* op, const std::function<ssize_t(void* ctx
       return Status(rc == -FI_EAGAIN ? StatusCode::kTimedOut : StatusCode::kPeerError,
                     op->describe() + " to " + describe_peer_locked(op->peer) + ": post failed: " +
                         fi_strerror(static_cast<int>(-rc)));
+    }
+    // A peer declared failed meanwhile (mark_peer_failed): the provider
+    // may answer FI_EAGAIN for it until the deadline (tcp;ofi_rxm does,
+    // reconnecting to a dead process); stop retrying now.
+    std::optional<Status> failed;
+    {
+      std::lock_guard lock(mu_);
+      if (const auto f = failed_peers.find(op->peer); f != failed_peers.end()) {
+        failed = Status(StatusCode::kPeerError, op->describe() + " to " + describe_peer_locked(op->peer) + ": " + f->second);
+      }
+    }
+    if (failed) {
+      release_slots(1);
+      return *failed;
     }
     (void)progress_once(false);
   }

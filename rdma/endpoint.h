@@ -130,6 +130,12 @@ class Endpoint {
   // afresh. Operations still in flight to the old address end as they
   // end (an error, or a timeout). Throws as add_peer, and for a peer never added.
   void replace_peer(PeerId peer, std::span<const std::byte> address);
+  // The peer is gone (the control plane declared it dead): new operations
+  // to it fail at once with kPeerError and `reason`, and a post already
+  // retrying on FI_EAGAIN stops with it, instead of waiting out the
+  // timeout. Operations already posted end as they end. replace_peer
+  // clears it. A peer never added is ignored.
+  void mark_peer_failed(PeerId peer, std::string reason);
   bool has_peer(PeerId peer) const;
 
   std::future<Status> send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces);

@@ -137,6 +137,7 @@ struct Endpoint::Impl {
   std::unordered_map<fi_addr_t, PeerId> addr_peers;
   std::unordered_map<PeerId, std::string> peer_names;  // fi_av_straddr of each peer
   std::unordered_map<PeerId, pid_t> shm_pid;           // shm peers: the process behind the address
+  std::unordered_map<PeerId, std::string> failed_peers;  // mark_peer_failed: why (until replace_peer)
   // Per-peer FIFO: a sender numbers its messages to each peer (the frame's
   // message id); the receiver hands them out in that order, holding a small
   // message that overtook a large one still being reassembled. A gap that

@@ -205,6 +205,10 @@ fi_addr_t Endpoint::Impl::lookup_locked(PeerId peer, Status& err) const {
     err = Status(StatusCode::kInvalidArgument, "peer " + std::to_string(peer) + " was never added (add_peer)");
     return FI_ADDR_UNSPEC;
   }
+  if (const auto failed = failed_peers.find(peer); failed != failed_peers.end()) {
+    err = Status(StatusCode::kPeerError, describe_peer_locked(peer) + ": " + failed->second);
+    return FI_ADDR_UNSPEC;
+  }
   // shm: a peer process killed while it held the lock of its shared region
   // leaves it held, and libfabric's shm then spins forever in the next post
   // to that peer (seen in fi_tsend, a pthread spinlock in the peer's region).
@@ -311,6 +315,7 @@ void Endpoint::Impl::map_peer_locked(PeerId peer, fi_addr_t addr, const std::str
   addr_peers[addr] = peer;
   peer_names[peer] = name;
   shm_pid.erase(peer);
+  failed_peers.erase(peer);  // a new process at this address
   // fi_shm://PID:... (see lookup_locked).
   constexpr std::string_view kShm = "fi_shm://";
   const std::string_view n(name);
@@ -369,6 +374,11 @@ void Endpoint::replace_peer(PeerId peer, std::span<const std::byte> address) {
     m.order.erase(peer);
   }
   if (old != addr) (void)fi_av_remove(m.av.get(), &old, 1, 0);
+}
+
+void Endpoint::mark_peer_failed(PeerId peer, std::string reason) {
+  std::lock_guard lock(impl_->mu_);
+  if (impl_->peer_addrs.count(peer) != 0) impl_->failed_peers[peer] = std::move(reason);
 }
 
 bool Endpoint::has_peer(PeerId peer) const {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "apps/acknowledged_pushes_report.h"
 #include "apps/cluster_node.h"
 #include "apps/commands.h"
 #include "apps/data_loading.h"
@@ -333,6 +334,7 @@ int run_distributed_train(TrainFlags flags) {
   }
   worker::KvClient kv(*node.endpoint, *node.map, node.role_rank);
   const auto attached = node.attach(kv);
+  const AcknowledgedPushesReport acked(node.role_rank, kv);
   worker::DistributedTrainOptions dopt;
   dopt.skip_clocks = resume_clock(flags.resume, node, kv);
   dopt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
@@ -486,6 +488,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   std::optional<ClusterNode> node;
   std::unique_ptr<worker::KvClient> kv;
   std::shared_ptr<void> attached;  // kv hears of rejoined servers (goes before it)
+  std::optional<AcknowledgedPushesReport> acked;  // printed however this ends (goes before kv)
   std::unique_ptr<worker::ParameterStore> store;
   uint32_t w = 0, workers = 1;
   uint64_t skip_clocks = 0;
@@ -502,6 +505,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     }
     kv = std::make_unique<worker::KvClient>(*node->endpoint, *node->map, node->role_rank);
     attached = node->attach(*kv);
+    acked.emplace(node->role_rank, *kv);
     skip_clocks = resume_clock(flags.resume, *node, *kv);
     store = std::make_unique<worker::RemoteStore>(*kv, *node->map);
     w = node->role_rank;

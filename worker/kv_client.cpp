@@ -88,6 +88,11 @@ KvClientStats KvClient::stats() const {
   return stats_;
 }
 
+std::vector<uint64_t> KvClient::acked_push_bytes() const {
+  std::lock_guard lock(mu_);
+  return acked_push_bytes_;
+}
+
 // Sends every message of `p` and registers it for replies. Sends are waited
 // on by the receive loop (their buffers live in `p` until then).
 std::future<rdma::Status> KvClient::start(std::unique_ptr<Pending> p, std::shared_ptr<std::vector<uint64_t>> reply_keys) {

@@ -104,6 +104,9 @@ class KvClient {
   void server_rejoined(uint32_t server, std::span<const std::byte> address, uint64_t restored_last_push_id,
                        uint64_t restored_bytes);
   KvClientStats stats() const;
+  // By server rank: the gradient bytes of this worker's pushes each server
+  // has acknowledged (the bytes it counts as applied from this worker).
+  std::vector<uint64_t> acked_push_bytes() const;
   // Attempts of dense_read that met a concurrent push and were retried.
   uint64_t dense_read_retries() const { return dense_read_retries_.load(); }
 

@@ -47,41 +47,163 @@ void put_array(std::string& out, const std::vector<T>& v) {
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-// Reads the payload; every read is checked against what is left, so a
+// Reads the payload from the file as it goes, hashing every byte (so a
+// checkpoint is never held twice in memory, and a header-only read needs
+// no more than a buffer); every read is checked against what is left, so a
 // hostile size cannot read past the end or allocate more than the file holds.
 class Cursor {
  public:
-  Cursor(std::string_view bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+  Cursor(std::istream& in, uint64_t bytes, const std::string& path) : in_(in), left_(bytes), path_(path) {
+    XXH64_reset(state_.get(), 0);
+  }
   template <typename T>
   T get(const char* what) {
     T v;
-    need(sizeof v, what);
-    std::memcpy(&v, bytes_.data() + at_, sizeof v);
-    at_ += sizeof v;
+    read(&v, sizeof v, what);
     return v;
   }
   template <typename T>
   std::vector<T> get_array(const char* what) {
     const uint64_t n = get<uint64_t>(what);
-    if (n > (bytes_.size() - at_) / sizeof(T)) {
+    if (n > left_ / sizeof(T)) {
       throw CheckpointError(path_ + ": checkpoint is inconsistent: " + what + " says " + std::to_string(n) +
                             " entries, more than the file holds");
     }
     std::vector<T> v(n);
-    if (n) std::memcpy(v.data(), bytes_.data() + at_, n * sizeof(T));  // an empty vector's data() may be null
-    at_ += n * sizeof(T);
+    if (n) read(v.data(), n * sizeof(T), what);  // an empty vector's data() may be null
     return v;
   }
-  bool done() const { return at_ == bytes_.size(); }
+  bool done() const { return left_ == 0; }
+  // Reads (and hashes) the rest; false when the file ended early.
+  bool drain() {
+    std::vector<char> buf(std::min<uint64_t>(left_, 1 << 20));
+    while (left_ > 0) {
+      const size_t n = std::min<uint64_t>(left_, buf.size());
+      in_.read(buf.data(), static_cast<std::streamsize>(n));
+      if (static_cast<size_t>(in_.gcount()) != n) return false;
+      XXH64_update(state_.get(), buf.data(), n);
+      left_ -= n;
+    }
+    return true;
+  }
+  uint64_t digest() const { return XXH64_digest(state_.get()); }
 
  private:
-  void need(size_t n, const char* what) const {
-    if (bytes_.size() - at_ < n) throw CheckpointError(path_ + ": checkpoint cut short in " + what);
+  void read(void* dst, size_t n, const char* what) {
+    if (left_ < n) throw CheckpointError(path_ + ": checkpoint cut short in " + what);
+    in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
+    if (static_cast<size_t>(in_.gcount()) != n) {
+      throw CheckpointError(path_ + ": checkpoint cut short in " + what + " (the file ended while reading)");
+    }
+    XXH64_update(state_.get(), dst, n);
+    left_ -= n;
   }
-  std::string_view bytes_;
+  struct FreeState {
+    void operator()(XXH64_state_t* s) const { XXH64_freeState(s); }
+  };
+  std::istream& in_;
+  uint64_t left_;
   const std::string& path_;
-  size_t at_ = 0;
+  std::unique_ptr<XXH64_state_t, FreeState> state_{XXH64_createState()};
 };
+
+// Opens `path` and checks its header: magic, header checksum, version,
+// and that the payload is exactly the header's size. `in` is left at the
+// payload.
+Header read_header(std::ifstream& in, const std::string& path) {
+  in.open(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": cannot open checkpoint: " + std::strerror(errno));
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw CheckpointError(path + ": cannot size checkpoint: " + ec.message());
+  Header h{};
+  in.read(reinterpret_cast<char*>(&h), sizeof h);
+  if (size < sizeof h || in.gcount() != sizeof h) throw CheckpointError(path + ": truncated checkpoint (header cut short)");
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw CheckpointError(path + ": not a parafab checkpoint (bad magic)");
+  if (h.header_hash != header_hash(h)) throw CheckpointError(path + ": checkpoint header checksum mismatch (corrupt)");
+  if (h.version != kCheckpointVersion && h.version != 2) {
+    throw CheckpointError(path + ": checkpoint version " + std::to_string(h.version) +
+                          " is not supported (this build reads 2 and " + std::to_string(kCheckpointVersion) + ")");
+  }
+  if (size - sizeof h != h.payload_bytes) {
+    throw CheckpointError(path + ": checkpoint has " + std::to_string(size - sizeof h) + " payload bytes, its header says " +
+                          std::to_string(h.payload_bytes) + " (truncated or padded)");
+  }
+  return h;
+}
+
+ShardCheckpoint from_header(const Header& h) {
+  ShardCheckpoint c;
+  c.server_index = h.server_index;
+  c.num_servers = h.num_servers;
+  c.job_fingerprint = h.job_fingerprint;
+  c.min_clock = h.min_clock;
+  c.written_unix_ms = h.written_unix_ms;
+  c.bytes_pushed = h.bytes_pushed;
+  c.bytes = sizeof h + h.payload_bytes;
+  return c;
+}
+
+// Damage shows as a payload checksum mismatch, whatever it broke first.
+void check_payload_hash(Cursor& r, const Header& h, const std::string& path) {
+  if (!r.drain() || r.digest() != h.payload_hash) {
+    throw CheckpointError(path + ": checkpoint payload checksum mismatch (corrupt)");
+  }
+}
+
+// The payload after the header, into c (whose header fields are set).
+void read_payload(Cursor& r, const Header& h, const std::string& path, ShardCheckpoint& c) {
+  c.worker_clocks = r.get_array<int64_t>("worker clocks");
+  if (c.worker_clocks.size() != h.num_workers) throw CheckpointError(path + ": checkpoint is inconsistent: worker count");
+  c.last_push_ids = r.get_array<uint64_t>("last push ids");
+  if (c.last_push_ids.size() != h.num_workers) {
+    throw CheckpointError(path + ": checkpoint is inconsistent: last push ids of " +
+                          std::to_string(c.last_push_ids.size()) + " workers, clocks of " +
+                          std::to_string(h.num_workers));
+  }
+  if (h.version >= 3) {
+    c.worker_bytes_pushed = r.get_array<uint64_t>("per-worker gradient bytes");
+    if (c.worker_bytes_pushed.size() != h.num_workers) {
+      throw CheckpointError(path + ": checkpoint is inconsistent: gradient bytes of " +
+                            std::to_string(c.worker_bytes_pushed.size()) + " workers, clocks of " +
+                            std::to_string(h.num_workers));
+    }
+    c.run_id = r.get<uint64_t>("run id");
+  } else {
+    c.worker_bytes_pushed.assign(h.num_workers, 0);
+  }
+  const uint32_t n_sparse = r.get<uint32_t>("sparse table count");
+  for (uint32_t i = 0; i < n_sparse; ++i) {
+    ShardCheckpoint::Sparse t;
+    t.id = r.get<uint32_t>("table id");
+    t.width = r.get<uint32_t>("width");
+    t.state_floats = r.get<uint32_t>("state floats");
+    t.keys = r.get_array<uint64_t>("keys");
+    t.data = r.get_array<float>("values");
+    if (t.data.size() != t.keys.size() * (static_cast<uint64_t>(t.width) + t.state_floats)) {
+      throw CheckpointError(path + ": checkpoint is inconsistent: table " + std::to_string(t.id) + " has " +
+                            std::to_string(t.data.size()) + " floats for " + std::to_string(t.keys.size()) + " keys");
+    }
+    c.sparse.push_back(std::move(t));
+  }
+  const uint32_t n_dense = r.get<uint32_t>("dense table count");
+  for (uint32_t i = 0; i < n_dense; ++i) {
+    ShardCheckpoint::Dense t;
+    t.id = r.get<uint32_t>("table id");
+    t.width = r.get<uint32_t>("width");
+    t.begin_row = r.get<uint64_t>("begin row");
+    t.end_row = r.get<uint64_t>("end row");
+    t.values = r.get_array<float>("values");
+    t.state = r.get_array<float>("state");
+    if (t.end_row < t.begin_row || t.values.size() / std::max<uint64_t>(t.width, 1) != t.end_row - t.begin_row ||
+        t.values.size() % std::max<uint64_t>(t.width, 1) != 0 || (t.width == 0 && !t.values.empty())) {
+      throw CheckpointError(path + ": checkpoint is inconsistent: dense table " + std::to_string(t.id) + " has " +
+                            std::to_string(t.values.size()) + " values for rows [" + std::to_string(t.begin_row) +
+                            ", " + std::to_string(t.end_row) + ") of width " + std::to_string(t.width));
+    }
+    c.dense.push_back(std::move(t));
+  }
+}
 
 }  // namespace
 
@@ -152,87 +274,28 @@ uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c) {
   return sizeof h + payload.size();
 }
 
+ShardCheckpoint read_checkpoint_header(const std::string& path) {
+  std::ifstream in;
+  const Header h = read_header(in, path);
+  Cursor r(in, h.payload_bytes, path);
+  check_payload_hash(r, h, path);
+  return from_header(h);
+}
+
 ShardCheckpoint read_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError(path + ": cannot open checkpoint: " + std::strerror(errno));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  if (bytes.size() < sizeof(Header)) throw CheckpointError(path + ": truncated checkpoint (header cut short)");
-  Header h{};
-  std::memcpy(&h, bytes.data(), sizeof h);
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw CheckpointError(path + ": not a parafab checkpoint (bad magic)");
-  if (h.header_hash != header_hash(h)) throw CheckpointError(path + ": checkpoint header checksum mismatch (corrupt)");
-  if (h.version != kCheckpointVersion && h.version != 2) {
-    throw CheckpointError(path + ": checkpoint version " + std::to_string(h.version) +
-                          " is not supported (this build reads 2 and " + std::to_string(kCheckpointVersion) + ")");
+  std::ifstream in;
+  const Header h = read_header(in, path);
+  ShardCheckpoint c = from_header(h);
+  Cursor r(in, h.payload_bytes, path);
+  try {
+    read_payload(r, h, path, c);
+  } catch (const CheckpointError&) {
+    check_payload_hash(r, h, path);  // corruption is named as such
+    throw;
   }
-  if (bytes.size() - sizeof h != h.payload_bytes) {
-    throw CheckpointError(path + ": checkpoint has " + std::to_string(bytes.size() - sizeof h) +
-                          " payload bytes, its header says " + std::to_string(h.payload_bytes) + " (truncated or padded)");
-  }
-  const std::string_view payload(bytes.data() + sizeof h, h.payload_bytes);
-  if (XXH64(payload.data(), payload.size(), 0) != h.payload_hash) {
-    throw CheckpointError(path + ": checkpoint payload checksum mismatch (corrupt)");
-  }
-  ShardCheckpoint c;
-  c.server_index = h.server_index;
-  c.num_servers = h.num_servers;
-  c.job_fingerprint = h.job_fingerprint;
-  c.min_clock = h.min_clock;
-  c.written_unix_ms = h.written_unix_ms;
-  c.bytes_pushed = h.bytes_pushed;
-  c.bytes = bytes.size();
-  Cursor r(payload, path);
-  c.worker_clocks = r.get_array<int64_t>("worker clocks");
-  if (c.worker_clocks.size() != h.num_workers) throw CheckpointError(path + ": checkpoint is inconsistent: worker count");
-  c.last_push_ids = r.get_array<uint64_t>("last push ids");
-  if (c.last_push_ids.size() != h.num_workers) {
-    throw CheckpointError(path + ": checkpoint is inconsistent: last push ids of " +
-                          std::to_string(c.last_push_ids.size()) + " workers, clocks of " +
-                          std::to_string(h.num_workers));
-  }
-  if (h.version >= 3) {
-    c.worker_bytes_pushed = r.get_array<uint64_t>("per-worker gradient bytes");
-    if (c.worker_bytes_pushed.size() != h.num_workers) {
-      throw CheckpointError(path + ": checkpoint is inconsistent: gradient bytes of " +
-                            std::to_string(c.worker_bytes_pushed.size()) + " workers, clocks of " +
-                            std::to_string(h.num_workers));
-    }
-    c.run_id = r.get<uint64_t>("run id");
-  } else {
-    c.worker_bytes_pushed.assign(h.num_workers, 0);
-  }
-  const uint32_t n_sparse = r.get<uint32_t>("sparse table count");
-  for (uint32_t i = 0; i < n_sparse; ++i) {
-    ShardCheckpoint::Sparse t;
-    t.id = r.get<uint32_t>("table id");
-    t.width = r.get<uint32_t>("width");
-    t.state_floats = r.get<uint32_t>("state floats");
-    t.keys = r.get_array<uint64_t>("keys");
-    t.data = r.get_array<float>("values");
-    if (t.data.size() != t.keys.size() * (static_cast<uint64_t>(t.width) + t.state_floats)) {
-      throw CheckpointError(path + ": checkpoint is inconsistent: table " + std::to_string(t.id) + " has " +
-                            std::to_string(t.data.size()) + " floats for " + std::to_string(t.keys.size()) + " keys");
-    }
-    c.sparse.push_back(std::move(t));
-  }
-  const uint32_t n_dense = r.get<uint32_t>("dense table count");
-  for (uint32_t i = 0; i < n_dense; ++i) {
-    ShardCheckpoint::Dense t;
-    t.id = r.get<uint32_t>("table id");
-    t.width = r.get<uint32_t>("width");
-    t.begin_row = r.get<uint64_t>("begin row");
-    t.end_row = r.get<uint64_t>("end row");
-    t.values = r.get_array<float>("values");
-    t.state = r.get_array<float>("state");
-    if (t.end_row < t.begin_row || t.values.size() / std::max<uint64_t>(t.width, 1) != t.end_row - t.begin_row ||
-        t.values.size() % std::max<uint64_t>(t.width, 1) != 0 || (t.width == 0 && !t.values.empty())) {
-      throw CheckpointError(path + ": checkpoint is inconsistent: dense table " + std::to_string(t.id) + " has " +
-                            std::to_string(t.values.size()) + " values for rows [" + std::to_string(t.begin_row) +
-                            ", " + std::to_string(t.end_row) + ") of width " + std::to_string(t.width));
-    }
-    c.dense.push_back(std::move(t));
-  }
-  if (!r.done()) throw CheckpointError(path + ": checkpoint has bytes after its last table");
+  const bool trailing = !r.done();
+  check_payload_hash(r, h, path);
+  if (trailing) throw CheckpointError(path + ": checkpoint has bytes after its last table");
   return c;
 }
 
@@ -245,7 +308,7 @@ std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(con
   for (const std::string& p : {path, path + ".prev"}) {
     if (!std::filesystem::exists(p)) continue;
     try {
-      ShardCheckpoint c = read_checkpoint(p);
+      ShardCheckpoint c = read_checkpoint_header(p);
       if (c.server_index != server_index || c.num_servers != num_servers) {
         throw CheckpointError(p + ": holds server " + std::to_string(c.server_index) + " of " +
                               std::to_string(c.num_servers) + ", not " + std::to_string(server_index) + " of " +
@@ -260,7 +323,9 @@ std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(con
 }
 
 CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers) {
-  // Each server's usable checkpoints: the newest and the one before it.
+  // Each server's usable checkpoints: the newest and the one before it,
+  // their headers only (each file's checksums checked as it streams by), so
+  // finding the set of a large model costs no memory.
   std::vector<std::vector<std::pair<std::string, ShardCheckpoint>>> candidates(num_servers);
   std::vector<std::string> refused;
   for (uint32_t i = 0; i < num_servers; ++i) {

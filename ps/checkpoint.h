@@ -87,8 +87,14 @@ std::string checkpoint_path(const std::string& dir, uint32_t server_index, uint3
 // Returns the file's size. Throws std::runtime_error naming the file.
 uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c);
 // Throws CheckpointError naming the path: missing, truncated, bad magic,
-// unsupported version, checksum mismatch, inconsistent sizes.
+// unsupported version, checksum mismatch, inconsistent sizes. Streams the
+// file: the checkpoint is in memory once, not also as the file's bytes.
 ShardCheckpoint read_checkpoint(const std::string& path);
+// The header's fields only (server, servers, fingerprint, minimum clock,
+// times, bytes pushed, file size; no clocks, ids or tables), after checking
+// the whole file as read_checkpoint does except the payload's inner sizes
+// (magic, version, sizes, both checksums), in a buffer's memory.
+ShardCheckpoint read_checkpoint_header(const std::string& path);
 
 // The newest complete set in dir: one readable checkpoint per server of the
 // job (each server's newest or, its PATH.prev, the one before), all of one
@@ -111,9 +117,10 @@ struct CheckpointSet {
 CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers);
 
 // One server's readable checkpoints in dir, newest first: its file and,
-// its PATH.prev, the one before (each with its path). Files that cannot be
-// used are passed over into `refused`, each with why; a missing one is
-// skipped. Empty when none is usable.
+// its PATH.prev, the one before (each with its path), as
+// read_checkpoint_header gives them. Files that cannot be used are passed
+// over into `refused`, each with why; a missing one is skipped. Empty when
+// none is usable.
 std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(const std::string& dir,
                                                                              uint32_t server_index,
                                                                              uint32_t num_servers,

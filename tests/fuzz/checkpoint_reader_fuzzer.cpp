@@ -106,6 +106,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
     if (!out) violated("cannot write the fuzz input's temp file");
   }
+  // The header-only read (finding a set) refuses whatever the whole read's
+  // checks of magic, version, sizes and checksums refuse.
+  bool header_ok = true;
+  ShardCheckpoint header;
+  try {
+    header = parafab::ps::read_checkpoint_header(path);
+  } catch (const CheckpointError& e) {
+    check(std::string(e.what()).find(path) != std::string::npos, "a header refusal names the file");
+    header_ok = false;
+  }
   ShardCheckpoint c;
   try {
     c = parafab::ps::read_checkpoint(path);
@@ -113,6 +123,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(std::string(e.what()).find(path) != std::string::npos, "a refusal names the file");
     return 0;
   }
+  check(header_ok, "a checkpoint read whole passes the header-only read");
+  check(header.min_clock == c.min_clock && header.job_fingerprint == c.job_fingerprint &&
+            header.server_index == c.server_index && header.bytes == c.bytes,
+        "the header-only read gives the whole read's header fields");
   check_consistent(c);
   (void)parafab::ps::write_checkpoint(again, c);
   const ShardCheckpoint back = parafab::ps::read_checkpoint(again);

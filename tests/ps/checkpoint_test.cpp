@@ -171,6 +171,25 @@ TEST(CheckpointTest, DamagedFilesAreRefusedWithTheirPath) {
     f.put('\x7f');
   }
   expect_refused(flipped, "checksum mismatch");
+  // The header-only read (what a set is found with) checks the same.
+  const ShardCheckpoint whole = read_checkpoint(path), header = read_checkpoint_header(path);
+  EXPECT_EQ(header.min_clock, whole.min_clock);
+  EXPECT_EQ(header.job_fingerprint, whole.job_fingerprint);
+  EXPECT_EQ(header.bytes, bytes);
+  EXPECT_TRUE(header.sparse.empty() && header.worker_clocks.empty());
+  EXPECT_THROW((void)read_checkpoint_header(flipped), CheckpointError);
+  // Damage to a size inside the payload is named as damage (the checksum),
+  // not as the inconsistency it also makes: the first sparse table's key
+  // count (after clocks, ids, bytes of 2 workers, the run and the count).
+  const std::string sized = path + ".sized";
+  std::filesystem::copy_file(path, sized);
+  {
+    std::fstream f(sized, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(80 + 3 * (8 + 2 * 8) + 8 + 4 + 3 * 4);
+    const uint64_t huge = uint64_t{1} << 40;
+    f.write(reinterpret_cast<const char*>(&huge), sizeof huge);
+  }
+  expect_refused(sized, "checksum mismatch");
   std::filesystem::copy_file(path, cut);
   std::filesystem::resize_file(cut, bytes - 100);
   expect_refused(cut, "truncated or padded");

@@ -45,23 +45,14 @@ void restore_from(ps::Server& srv, const std::string& dir, uint32_t index, uint3
 // clocks as they were; the workers then send theirs.
 void restore_own(ps::Server& srv, const std::string& dir, uint32_t index, uint32_t servers) {
   std::vector<std::string> refused;
-  std::string path;
-  ps::ShardCheckpoint c;
-  for (const auto& [p, header] : ps::read_server_checkpoints(dir, index, servers, refused)) {
-    try {
-      c = ps::read_checkpoint(p);
-      path = p;
-      break;
-    } catch (const ps::CheckpointError& e) {
-      refused.push_back(e.what());
-    }
-  }
+  const auto found = ps::read_server_checkpoints(dir, index, servers, refused, ps::CheckpointRead::kNewestWhole);
   for (const std::string& why : refused) std::fprintf(stderr, "server %u: passed over %s\n", index, why.c_str());
-  if (path.empty()) {
+  if (found.empty()) {
     throw ps::CheckpointError("rejoining the job needs this server's checkpoint: " +
                               (refused.empty() ? ps::checkpoint_path(dir, index, servers) + ": none there"
                                                : refused.front()));
   }
+  const auto& [path, c] = found.front();
   srv.restore(c, path, ps::Server::kCheckpointClocks);
   std::fprintf(stderr, "%s\n",
                fmt::format("server {}: rejoined the running job, restored from {} ({:.1f} MB, minimum worker clock "

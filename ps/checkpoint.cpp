@@ -302,19 +302,21 @@ ShardCheckpoint read_checkpoint(const std::string& path) {
 std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(const std::string& dir,
                                                                              uint32_t server_index,
                                                                              uint32_t num_servers,
-                                                                             std::vector<std::string>& refused) {
+                                                                             std::vector<std::string>& refused,
+                                                                             CheckpointRead what) {
   std::vector<std::pair<std::string, ShardCheckpoint>> out;
   const std::string path = checkpoint_path(dir, server_index, num_servers);
   for (const std::string& p : {path, path + ".prev"}) {
     if (!std::filesystem::exists(p)) continue;
     try {
-      ShardCheckpoint c = read_checkpoint_header(p);
+      ShardCheckpoint c = what == CheckpointRead::kNewestWhole ? read_checkpoint(p) : read_checkpoint_header(p);
       if (c.server_index != server_index || c.num_servers != num_servers) {
         throw CheckpointError(p + ": holds server " + std::to_string(c.server_index) + " of " +
                               std::to_string(c.num_servers) + ", not " + std::to_string(server_index) + " of " +
                               std::to_string(num_servers));
       }
       out.emplace_back(p, std::move(c));
+      if (what == CheckpointRead::kNewestWhole) break;
     } catch (const CheckpointError& e) {
       refused.push_back(e.what());
     }
@@ -330,7 +332,7 @@ CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers) 
   std::vector<std::string> refused;
   for (uint32_t i = 0; i < num_servers; ++i) {
     const size_t refused_before = refused.size();
-    candidates[i] = read_server_checkpoints(dir, i, num_servers, refused);
+    candidates[i] = read_server_checkpoints(dir, i, num_servers, refused, CheckpointRead::kHeaders);
     if (candidates[i].empty()) {
       const std::string path = checkpoint_path(dir, i, num_servers);
       throw CheckpointError(refused.size() == refused_before

@@ -117,13 +117,17 @@ struct CheckpointSet {
 CheckpointSet find_checkpoint_set(const std::string& dir, uint32_t num_servers);
 
 // One server's readable checkpoints in dir, newest first: its file and,
-// its PATH.prev, the one before (each with its path), as
-// read_checkpoint_header gives them. Files that cannot be used are passed
-// over into `refused`, each with why; a missing one is skipped. Empty when
-// none is usable.
+// its PATH.prev, the one before (each with its path): both as
+// read_checkpoint_header gives them (kHeaders), or only the newest usable
+// one, whole (kNewestWhole: what a rejoining server restores; the one
+// before is not read when the newest will do). Files that cannot be used
+// are passed over into `refused`, each with why; a missing one is skipped.
+// Empty when none is usable.
+enum class CheckpointRead { kHeaders, kNewestWhole };
 std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(const std::string& dir,
                                                                              uint32_t server_index,
                                                                              uint32_t num_servers,
-                                                                             std::vector<std::string>& refused);
+                                                                             std::vector<std::string>& refused,
+                                                                             CheckpointRead what);
 
 }  // namespace parafab::ps

@@ -85,7 +85,9 @@ KvClient::~KvClient() {
 
 KvClientStats KvClient::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  KvClientStats s = stats_;
+  for (const uint64_t lost : lost_push_bytes_) s.bytes_lost_in_rejoins += lost;
+  return s;
 }
 
 std::vector<uint64_t> KvClient::acked_push_bytes() const {
@@ -619,8 +621,6 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     }
     const uint64_t held = acked_push_bytes_[server] + unanswered_held;
     lost_push_bytes_[server] = held > restored_bytes ? held - restored_bytes : 0;
-    stats_.bytes_lost_in_rejoins = 0;
-    for (const uint64_t lost : lost_push_bytes_) stats_.bytes_lost_in_rejoins += lost;
   }
   std::sort(again.begin(), again.end());
   std::vector<Pending::Send> sent;

@@ -140,7 +140,7 @@ class KvClient {
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
   KvClientStats stats_;
   // By server rank: gradient bytes of pushes it acknowledged (every life of
-  // it), and of those, lost in its rejoins so far.
+  // it), and of those, lost in its rejoins so far (stats() sums them).
   std::vector<uint64_t> acked_push_bytes_, lost_push_bytes_;
 
   struct DenseRegion {

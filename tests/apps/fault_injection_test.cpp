@@ -173,12 +173,16 @@ class FaultInjection : public ::testing::Test {
   }
   // Each server's "server I: N gradient bytes applied since the job began", by server.
   static std::map<int, uint64_t> applied_at_end(const std::string& out) {
-    std::map<int, uint64_t> at_end;
-    const std::regex re(R"(\[server (\d+)\] server \d+: (\d+) gradient bytes applied since the job began)");
+    return by_server(out, std::regex(R"(\[server (\d+)\] server \d+: (\d+) gradient bytes applied since the job began)"));
+  }
+  // Each server's count in the lines `re` matches (group 1 the server,
+  // group 2 the bytes); the last line of a server wins.
+  static std::map<int, uint64_t> by_server(const std::string& out, const std::regex& re) {
+    std::map<int, uint64_t> bytes;
     for (std::sregex_iterator m(out.begin(), out.end(), re), e; m != e; ++m) {
-      at_end[std::stoi((*m)[1])] = std::stoull((*m)[2]);
+      bytes[std::stoi((*m)[1])] = std::stoull((*m)[2]);
     }
-    return at_end;
+    return bytes;
   }
   // What a restart threw away: for each server, the gradient bytes it had
   // applied by the end of the attempt that failed (`before`: "server I: N
@@ -216,12 +220,7 @@ class FaultInjection : public ::testing::Test {
   }
   // Each server's "server I: restored from ... (..., N gradient bytes pushed into it)".
   static std::map<int, uint64_t> restored_from(const std::string& out) {
-    std::map<int, uint64_t> restored;
-    const std::regex re(R"(\[server (\d+)\] server \d+: restored from .* (\d+) gradient bytes pushed into it\))");
-    for (std::sregex_iterator m(out.begin(), out.end(), re), e; m != e; ++m) {
-      restored[std::stoi((*m)[1])] = std::stoull((*m)[2]);
-    }
-    return restored;
+    return by_server(out, std::regex(R"(\[server (\d+)\] server \d+: restored from .* (\d+) gradient bytes pushed into it\))"));
   }
   // By server: the gradient bytes the workers saw it acknowledge, summed
   // over their last "worker W: gradient bytes of its pushes acknowledged,

@@ -95,10 +95,6 @@ int run_server(ServerFlags f) {
   } else if (!node.map->resume_dir.empty() || f.recover) {
     restore_from(srv, node.map->resume_dir.empty() ? f.checkpoints.dir : node.map->resume_dir, node.role_rank,
                  node.map->num_servers());
-    // At once a checkpoint of this run: should this server die before its
-    // first one, it can rejoin from it (one of the run before holds other
-    // workers' request ids, and is refused).
-    if (!so.checkpoint_path.empty()) srv.write_checkpoint_now();
   }
   server = &srv;
   ready = true;

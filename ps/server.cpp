@@ -81,7 +81,8 @@ void Server::checkpoint_if_due() {
                        std::chrono::steady_clock::now() - last_checkpoint_ >= options_.checkpoint_interval;
   const bool by_clocks = options_.checkpoint_clocks > 0 &&
                          clocks_.min_clock() - last_checkpoint_clock_ >= options_.checkpoint_clocks;
-  if (by_time || by_clocks) write_checkpoint_now();
+  const bool first_of_run = first_checkpoint_past_ >= 0 && clocks_.min_clock() > first_checkpoint_past_;
+  if (by_time || by_clocks || first_of_run) write_checkpoint_now();
 }
 
 void Server::write_checkpoint_now() {
@@ -91,6 +92,7 @@ void Server::write_checkpoint_now() {
   ++stats_.checkpoints;
   last_checkpoint_ = std::chrono::steady_clock::now();
   last_checkpoint_clock_ = clocks_.min_clock();
+  first_checkpoint_past_ = -1;
   stats_.checkpoint_seconds = std::chrono::duration<double>(last_checkpoint_ - t0).count();
 }
 
@@ -199,6 +201,14 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
   } else {
     std::fill(last_push_id_.begin(), last_push_id_.end(), 0);
     std::fill(worker_bytes_pushed_.begin(), worker_bytes_pushed_.end(), 0);
+    // A checkpoint of this run as soon as every worker has ticked past the
+    // set's clock, so that this server can rejoin before its first periodic
+    // one (the set's file is of the run before, and refused for a rejoin).
+    // Not at once: the workers and the other servers may still be reading
+    // the set, and rotating a file under them can change the set they find.
+    // A worker ticks only after it has found its set and been answered by
+    // the servers for its first batch.
+    first_checkpoint_past_ = clocks_.min_clock();
   }
 }
 

@@ -155,6 +155,9 @@ class Server {
   ServerStats stats_;
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   int64_t last_checkpoint_clock_ = 0;
+  // After a whole-job restore: checkpoint once the minimum clock passes
+  // this (-1: no such checkpoint due). See restore().
+  int64_t first_checkpoint_past_ = -1;
   std::mutex dead_mu_;
   std::vector<uint32_t> dead_pending_;
 };

@@ -379,9 +379,10 @@ TEST_F(FaultInjection, KilledSchedulerFailsClearlyAndTheJobResumes) {
 }
 
 // A server that dies in a resumed job before its first periodic
-// checkpoint rejoins from the one it wrote on restoring the set (the set's
-// own files hold the request ids of the run before, whose workers are
-// gone: taking them would drop the new workers' pushes as retries).
+// checkpoint rejoins from the one it wrote once the workers had ticked past
+// the set's clock (the set's own files hold the request ids of the run
+// before, whose workers are gone: taking them would drop the new workers'
+// pushes as retries).
 TEST_F(FaultInjection, ServerKilledEarlyInAResumedJobRejoins) {
   ChildProcess p(launch_args("resume-rejoin", {}), {"FI_TCP_IFACE=lo"});
   kill_mid_training(p, "resume-rejoin", "scheduler", 0);
@@ -389,10 +390,15 @@ TEST_F(FaultInjection, ServerKilledEarlyInAResumedJobRejoins) {
   ASSERT_EQ(p.exit_code(), 1) << p.output();
   std::vector<std::string> resumed = worker_args();
   resumed.insert(resumed.end(), {"--resume", file("resume-rejoin")});
+  const std::filesystem::path own = std::filesystem::path(file("resume-rejoin")) / "server-1-of-2.ckpt";
+  const auto before_run = std::filesystem::last_write_time(own);
   ChildProcess q(launch_args("resume-rejoin", {"--restart-failed", "1", "--server-rejoin-timeout", "60"}, resumed),
                  {"FI_TCP_IFACE=lo"});
-  ASSERT_TRUE(wait_until(q, [&] { return q.output().find("[server 1] server 1: serving") != std::string::npos; }))
-      << q.output();
+  // Its first checkpoint of this run, long before the periodic one (20 clocks on).
+  ASSERT_TRUE(wait_until(q, [&] {
+    std::error_code ec;
+    return std::filesystem::last_write_time(own, ec) != before_run && !ec;
+  })) << q.output();
   const pid_t pid = child_with_role(q.pid(), "server", 1);
   ASSERT_GT(pid, 0) << q.output();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);

@@ -10,6 +10,8 @@
 #include <optional>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -124,6 +126,31 @@ worker::LiveWorkers live_workers_of(const ClusterNode& node) {
     }
     std::sort(live.begin(), live.end());
     return live;
+  };
+}
+
+// --partition: the parts of --train whose workers died (under
+// --on-worker-failure continue) that this worker takes over
+// (worker::adopted_parts), asked at each epoch's start; each is read with
+// `read` on first need and kept for the later epochs.
+template <class Rows>
+worker::AdoptedSource<Rows> adopted_parts_of(const ClusterNode& node, std::function<Rows(uint32_t part)> read) {
+  auto held = std::make_shared<std::map<uint32_t, Rows>>();
+  return [&node, read = std::move(read), held](int epoch) {
+    const uint32_t me = node.role_rank, workers = node.map->num_workers();
+    std::vector<worker::AdoptedData<Rows>> parts;
+    for (const uint32_t part : worker::adopted_parts(live_workers_of(node)(), workers, me)) {
+      auto it = held->find(part);
+      if (it == held->end()) {
+        std::fprintf(stderr, "%s\n",
+                     fmt::format("worker {}: takes over part {}/{} of --train from epoch {} (worker {} is dead)", me,
+                                 part + 1, workers, epoch, part)
+                         .c_str());
+        it = held->emplace(part, read(part)).first;
+      }
+      parts.push_back({part, &it->second});
+    }
+    return parts;
   };
 }
 
@@ -345,13 +372,26 @@ int run_distributed_train(TrainFlags flags) {
   dopt.shuffle = opt.shuffle;
   dopt.pull_ahead = !flags.no_pull_ahead;
   dopt.progress_seconds = opt.progress_seconds;
-  // A dead worker's batches go to the survivors (its part of the file, with
-  // --partition, is not read again).
-  if (!flags.partition) dopt.live_workers = live_workers_of(node);
+  // The straggler (--slow-ms) is the last worker, as for fm and dnn.
+  if (flags.slow_ms > 0 && node.role_rank + 1 == node.map->num_workers() && node.map->num_workers() > 1) {
+    dopt.after_batch = [ms = flags.slow_ms](uint64_t) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    };
+  }
+  // A dead worker's batches go to the survivors: they divide every batch
+  // again, or with --partition one of them reads its part of the file.
   const uint32_t w = node.role_rank, workers = node.map->num_workers();
+  auto read_part = [&](uint32_t part) {
+    return load_data(fmt::format("train part {}/{}", part + 1, workers), flags.train, flags.data, opt.threads, "", 2,
+                     part, workers);
+  };
   if (flags.partition) {
-    train = load_data(fmt::format("train part {}/{}", w + 1, workers), flags.train, flags.data, opt.threads, "", 2, w,
-                      workers);
+    dopt.adopted_parts = adopted_parts_of<worker::SlotCsr>(node, [&](uint32_t part) {
+      return worker::SlotCsr::build(read_part(part).view(), map, opt.threads);
+    });
+    train = read_part(w);
+  } else {
+    dopt.live_workers = live_workers_of(node);
   }
   const worker::SlotCsr train_csr = worker::SlotCsr::build(train->view(), map, opt.threads);
   train.reset();
@@ -513,10 +553,11 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   } else {
     store = std::make_unique<worker::LocalStore>(spec.tables(map));
   }
-  if (flags.partition) {
-    train = load_data(fmt::format("train part {}/{}", w + 1, workers), flags.train, data, opt.threads, "",
-                      flags.classes, w, workers);
-  }
+  auto read_part = [&](uint32_t part) {
+    return load_data(fmt::format("train part {}/{}", part + 1, workers), flags.train, data, opt.threads, "",
+                     flags.classes, part, workers);
+  };
+  if (flags.partition) train = read_part(w);
   const worker::ModelRows rows = worker::build_model_rows(train->view(), map, spec, opt.threads);
   train.reset();  // the rows are what training reads
   std::optional<worker::ModelRows> test;
@@ -586,7 +627,14 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     }
   };
   mo.after_batch = after;
+  // A dead worker's batches go to the survivors: they divide every batch
+  // again, or with --partition one of them reads its part of the file.
   if (distributed && !flags.partition) mo.live_workers = live_workers_of(*node);
+  if (distributed && flags.partition) {
+    mo.adopted_parts = adopted_parts_of<worker::ModelRows>(*node, [&](uint32_t part) {
+      return worker::build_model_rows(read_part(part).view(), map, spec, opt.threads);
+    });
+  }
   mo.skip_clocks = skip_clocks;
   // With --partition every row read is this worker's: it takes all batches.
   worker::ModelTrainer run(*store, spec, map, mo, flags.partition ? 0 : w, flags.partition ? 1 : workers, distributed);
@@ -689,7 +737,7 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                   "fm, dnn: seconds between held-out evaluations during training (worker 0; 0: at the end only)")
       ->capture_default_str();
   cmd->add_option("--slow-ms", flags->slow_ms,
-                  "fm, dnn distributed: the last worker sleeps this long after each batch (a straggler, for staleness studies)")
+                  "Under a job: the last worker sleeps this long after each batch (a straggler, for staleness studies)")
       ->capture_default_str();
   cmd->add_option("--format", flags->data.format, "Input format: libsvm, criteo or auto")
       ->check(CLI::IsMember({"libsvm", "criteo", "auto"}))->capture_default_str();

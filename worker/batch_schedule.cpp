@@ -42,6 +42,35 @@ EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint3
   return plan;
 }
 
+std::vector<uint32_t> adopted_parts(const std::vector<uint32_t>& live, uint32_t workers, uint32_t me) {
+  std::vector<uint32_t> mine;
+  const auto at = std::find(live.begin(), live.end(), me);
+  if (at == live.end()) return mine;
+  const auto position = static_cast<size_t>(at - live.begin());
+  size_t j = 0;  // dead parts so far
+  for (uint32_t part = 0; part < workers; ++part) {
+    if (std::find(live.begin(), live.end(), part) != live.end()) continue;
+    if (j % live.size() == position) mine.push_back(part);
+    ++j;
+  }
+  return mine;
+}
+
+EpochBatches epoch_batches(const EpochPlan& plan, const std::vector<AdoptedPart>& adopted, uint64_t batch_rows,
+                           bool shuffle, uint64_t seed, int epoch) {
+  EpochBatches e;
+  e.rows = plan.rows;
+  for (const uint64_t b : plan.order) e.order.push_back({0, b});
+  for (size_t i = 0; i < adopted.size(); ++i) {
+    const BatchShare all = batch_share(adopted[i].rows, batch_rows, 0, 1);
+    for (const uint64_t b : epoch_order(all.batches, shuffle, seed, epoch, adopted[i].part)) {
+      e.order.push_back({i + 1, b});
+    }
+    e.rows += adopted[i].rows;
+  }
+  return e;
+}
+
 std::vector<uint64_t> epoch_order(const std::vector<uint64_t>& batches, bool shuffle, uint64_t seed, int epoch,
                                   uint32_t index) {
   std::vector<uint64_t> order = batches;

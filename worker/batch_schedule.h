@@ -57,6 +57,48 @@ struct EpochPlan {
 EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers, const LiveWorkers& live,
                      bool shuffle, uint64_t seed, int epoch, uint64_t* skip_clocks);
 
+// --partition: the parts of --train (part i is worker i's byte range) that
+// worker `me` trains on for dead workers. The dead parts, ascending, are
+// dealt round-robin over the live workers (ascending): the j-th goes to
+// live[j % live.size()]. Recomputed at each epoch's start, so a part whose
+// adopter dies too moves on again. Empty when `me` is not live.
+std::vector<uint32_t> adopted_parts(const std::vector<uint32_t>& live, uint32_t workers, uint32_t me);
+
+// One part of the data a worker took over (adopted_parts) and its rows.
+struct AdoptedPart {
+  uint32_t part = 0;  // the dead worker's index, which also seeds its batches' order
+  uint64_t rows = 0;
+};
+
+// A part taken over, with its rows as a trainer holds them (SlotCsr,
+// ModelRows), and the trainers' option that gives them at each epoch's
+// start (the epoch, 1-based); a null function: none.
+template <class Data>
+struct AdoptedData {
+  uint32_t part = 0;
+  const Data* data = nullptr;
+};
+template <class Data>
+using AdoptedSource = std::function<std::vector<AdoptedData<Data>>(int epoch)>;
+
+// A batch of an epoch over several parts of the data: part 0 is the
+// worker's own, part i > 0 the i-th it took over.
+struct PartBatch {
+  size_t part = 0;
+  uint64_t batch = 0;  // index within its part: rows [batch * batch_rows, ...)
+  bool operator==(const PartBatch&) const = default;
+};
+
+// The epoch's batches: the own part's as `plan` orders them, then every
+// batch of each adopted part in the epoch's order (as its own worker would
+// have ordered them); one clock each. rows: of the whole epoch (progress).
+struct EpochBatches {
+  std::vector<PartBatch> order;
+  uint64_t rows = 0;
+};
+EpochBatches epoch_batches(const EpochPlan& plan, const std::vector<AdoptedPart>& adopted, uint64_t batch_rows,
+                           bool shuffle, uint64_t seed, int epoch);
+
 // The share's order in `epoch` (1-based): as given in epoch 1 or without
 // shuffle, else a Fisher-Yates shuffle from a counter-based stream of (seed,
 // epoch, index), the same on every machine.

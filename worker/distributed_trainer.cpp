@@ -74,17 +74,28 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
   std::vector<double> losses;
   const uint32_t bias = map_.bias_slot();
   uint64_t skip = options_.skip_clocks;
+  uint64_t batches_done = 0;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
     const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.live_workers, options_.shuffle,
                                       options_.seed, epoch, &skip);
-    const std::vector<uint64_t>& order = plan.order;
-    report.start_epoch(epoch, plan.rows);
+    std::vector<const SlotCsr*> parts{&data};
+    std::vector<AdoptedPart> adopted;
+    if (options_.adopted_parts) {
+      for (const AdoptedData<SlotCsr>& a : options_.adopted_parts(epoch)) {
+        parts.push_back(a.data);
+        adopted.push_back({a.part, a.data->rows()});
+      }
+    }
+    const EpochBatches batches = epoch_batches(plan, adopted, batch, options_.shuffle, options_.seed, epoch);
+    const std::vector<PartBatch>& order = batches.order;
+    report.start_epoch(epoch, batches.rows);
     double loss_sum = 0;
     uint64_t seen = 0;
     // Pull-ahead: batch k+1's weights are requested before batch k is computed.
     auto prepare = [&](size_t k, LocalBatch& b, std::vector<float>& w) {
-      const uint64_t lo = order[k] * batch, hi = std::min(n, lo + batch);
-      b = make_batch(data, lo, hi, bias);
+      const SlotCsr& part = *parts[order[k].part];
+      const uint64_t lo = order[k].batch * batch, hi = std::min(part.rows(), lo + batch);
+      b = make_batch(part, lo, hi, bias);
       w.assign(b.keys.size(), 0.0f);
       return kv_.pull(options_.table, b.keys, w.data());
     };
@@ -118,6 +129,8 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
       loss_sum += loss * static_cast<double>(rows);
       seen += static_cast<uint64_t>(rows);
       examples_ += static_cast<uint64_t>(rows);
+      ++batches_done;
+      if (options_.after_batch) options_.after_batch(batches_done);
       if (k + 1 < order.size()) {
         if (options_.pull_ahead) {
           std::swap(cur, next);

@@ -37,9 +37,15 @@ struct DistributedTrainOptions {
   bool shuffle = true;
   bool pull_ahead = true;
   double progress_seconds = 1.0;
+  // Between batches, called with the batch count so far (train --slow-ms).
+  std::function<void(uint64_t)> after_batch;
   // A job's live workers: at each epoch's start the survivors of a dead
   // worker take over its batches (worker/batch_schedule.h). Null: fixed shares.
   LiveWorkers live_workers;
+  // --partition: the parts of --train this worker took over from dead
+  // workers (adopted_parts), asked at each epoch's start; their batches
+  // follow its own, a clock each.
+  AdoptedSource<SlotCsr> adopted_parts;
   // A resumed job (train --resume): the first skip_clocks clocks of the
   // run, with their batches, were done before the checkpoint; skip them.
   uint64_t skip_clocks = 0;

@@ -231,13 +231,23 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
     const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.live_workers, options_.shuffle,
                                       options_.seed, epoch, &skip);
-    const std::vector<uint64_t>& order = plan.order;
-    report.start_epoch(epoch, plan.rows);
+    std::vector<const ModelRows*> parts{&data};
+    std::vector<AdoptedPart> adopted;
+    if (options_.adopted_parts) {
+      for (const AdoptedData<ModelRows>& a : options_.adopted_parts(epoch)) {
+        parts.push_back(a.data);
+        adopted.push_back({a.part, a.data->rows()});
+      }
+    }
+    const EpochBatches batches = epoch_batches(plan, adopted, batch, options_.shuffle, options_.seed, epoch);
+    const std::vector<PartBatch>& order = batches.order;
+    report.start_epoch(epoch, batches.rows);
     double loss_sum = 0;
     uint64_t seen = 0;
     auto prepare = [&](size_t k, Batch& b, Params& p) {
-      const uint64_t lo = order[k] * batch, hi = std::min(n, lo + batch);
-      make_batch(data, lo, hi, b);
+      const ModelRows& part = *parts[order[k].part];
+      const uint64_t lo = order[k].batch * batch, hi = std::min(part.rows(), lo + batch);
+      make_batch(part, lo, hi, b);
       return pull(b, p);
     };
     Batch cur, next;

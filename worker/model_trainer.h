@@ -43,6 +43,10 @@ struct ModelTrainOptions {
   // A job's live workers: at each epoch's start the survivors of a dead
   // worker take over its batches (worker/batch_schedule.h). Null: fixed shares.
   LiveWorkers live_workers;
+  // --partition: the parts of --train this worker took over from dead
+  // workers (adopted_parts), asked at each epoch's start; their batches
+  // follow its own, a clock each.
+  AdoptedSource<ModelRows> adopted_parts;
   // A resumed job (train --resume): the first skip_clocks clocks of the
   // run, with their batches, were done before the checkpoint; skip them.
   uint64_t skip_clocks = 0;

@@ -1,5 +1,6 @@
 // Fault injection, end to end with the real binary under parafab launch: a
-// worker killed with SIGKILL (the job goes on, or stops naming it), a
+// worker killed with SIGKILL (the job goes on, or stops naming it; with
+// --partition a survivor trains the dead worker's part of the file), a
 // server killed (the job restarts from its checkpoint set), the scheduler
 // killed (a clear failure, then train --resume), a slowed worker, corrupt
 // checkpoints (passed over to the one before, or refused naming the file),
@@ -112,6 +113,7 @@ class FaultInjection : public ::testing::Test {
     ASSERT_GT(reference_, 0) << ref.output();
     const std::string& out = ref.output();
     reference_by_server_ = applied_at_end(out);
+    reference_bytes_ = 0;  // (again under --gtest_repeat)
     for (const auto& [server, bytes] : reference_by_server_) reference_bytes_ += bytes;
     ASSERT_GT(reference_bytes_, 0u) << out;
   }
@@ -262,6 +264,43 @@ class FaultInjection : public ::testing::Test {
     std::smatch m;
     return std::regex_search(out, m, std::regex(R"(checkpoint set in \S+ (?:\(clock |at clock )(\d+))")) ? std::stoll(m[1]) : -1;
   }
+  // By part: the N of this worker's "train part P/2 <file> (...): N examples" lines.
+  static std::map<int, uint64_t> part_rows(const std::string& out, int worker) {
+    std::map<int, uint64_t> rows;
+    const std::regex re("\\[worker " + std::to_string(worker) + R"(\] train part (\d+)/2 \S+ \([a-z]+\): (\d+) examples)");
+    for (std::sregex_iterator m(out.begin(), out.end(), re), e; m != e; ++m) rows[std::stoi((*m)[1])] = std::stoull((*m)[2]);
+    return rows;
+  }
+
+  // Kills worker 1 of a --partition job under --on-worker-failure continue
+  // and checks that worker 0 trained its part in the second epoch; returns
+  // the job's output, or "" when it did not.
+  static std::string expect_part_taken_over(const std::string& name, std::vector<std::string> worker) {
+    worker.push_back("--partition");
+    ChildProcess p(launch_args(name, {"--on-worker-failure", "continue"}, worker), {"FI_TCP_IFACE=lo"});
+    kill_mid_training(p, name, "worker", 1);
+    finish(p);
+    const std::string& out = p.output();
+    EXPECT_EQ(p.exit_code(), 0) << out;
+    // Worker 1 dies in epoch 1 of 2 (SSP keeps worker 0 within a few clocks
+    // of it), so worker 0 reads part 2 and trains it in epoch 2.
+    EXPECT_NE(out.find("worker 0: takes over part 2/2 of --train from epoch 2 (worker 1 is dead)"), std::string::npos)
+        << out;
+    const std::map<int, uint64_t> own = part_rows(out, 1), read = part_rows(out, 0);
+    EXPECT_EQ(read.size(), 2u) << out;
+    EXPECT_EQ(own.size(), 1u) << out;
+    if (read.size() != 2 || own.size() != 1) return "";
+    EXPECT_EQ(read.at(2), own.at(2)) << "the part read again is not the one worker 1 read\n" << out;
+    EXPECT_GT(read.at(1), 0u);
+    EXPECT_GT(read.at(2), 0u);
+    // The job's examples are worker 0's alone (worker 1 never reached the
+    // barrier): its part in both epochs and worker 1's in the second.
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(R"(job: (\d+) examples by 2 workers)"))) << out;
+    if (m.empty()) return "";
+    EXPECT_EQ(std::stoull(m[1]), 2 * read.at(1) + read.at(2)) << out;
+    return ::testing::Test::HasFailure() ? "" : out;
+  }
   static testing::TempDir* dir_;
   static double reference_;
   static uint64_t reference_bytes_;  // gradient bytes the fault-free job's servers applied
@@ -288,6 +327,19 @@ TEST_F(FaultInjection, KilledWorkerIsLeftBehindUnderContinue) {
       << p.output();
   EXPECT_NE(p.output().find("(1 lost, continued without)"), std::string::npos) << p.output();
   expect_close_to_reference(p.output());
+}
+
+TEST_F(FaultInjection, KilledWorkersPartIsTakenOverUnderPartition) {
+  const std::string out = expect_part_taken_over("w-partition", worker_args());
+  if (!out.empty()) expect_close_to_reference(out);
+}
+
+// The same with the linear trainer (worker/distributed_trainer.h).
+TEST_F(FaultInjection, KilledWorkersPartIsTakenOverByTheLinearTrainer) {
+  std::vector<std::string> w = worker_args();
+  w[std::find(w.begin(), w.end(), "fm") - w.begin()] = "lr";
+  w.erase(std::find(w.begin(), w.end(), "--factors"), std::find(w.begin(), w.end(), "--factors") + 2);
+  if (!expect_part_taken_over("w-partition-lr", w).empty()) ++tally.survived;
 }
 
 TEST_F(FaultInjection, KilledWorkerStopsTheJobUnderFail) {

@@ -1,6 +1,7 @@
 // A worker's epochs: the live workers' shares cover every batch once, and a
 // resumed run skips exactly its first clocks while every worker still ticks
-// the same number of clocks.
+// the same number of clocks; with --partition, dead workers' parts are
+// dealt to the live ones and trained after their own batches.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -49,6 +50,52 @@ TEST(BatchSchedule, ResumeSkipsTheFirstClocksOfTheRun) {
     // What is left is the tail of the unskipped run, clock for clock.
     EXPECT_EQ(trained, std::vector<uint64_t>(all.begin() + static_cast<ptrdiff_t>(skipped), all.end())) << skip_total;
   }
+}
+
+TEST(BatchSchedule, DeadWorkersPartsAreDealtToTheLiveOnes) {
+  struct Case {
+    std::vector<uint32_t> live;
+    uint32_t workers;
+    std::vector<std::vector<uint32_t>> want;  // by position in live
+  };
+  // Worked by hand: dead parts ascending, the j-th to live[j % live.size()].
+  const std::vector<Case> cases = {
+      {{0, 1, 2}, 3, {{}, {}, {}}},
+      {{0}, 2, {{1}}},
+      {{1}, 2, {{0}}},
+      {{0, 2}, 4, {{1}, {3}}},
+      {{1, 3}, 6, {{0, 4}, {2, 5}}},
+      {{2}, 4, {{0, 1, 3}}},
+      {{0, 1, 2}, 5, {{3}, {4}, {}}},
+  };
+  for (const Case& c : cases) {
+    for (size_t i = 0; i < c.live.size(); ++i) {
+      EXPECT_EQ(adopted_parts(c.live, c.workers, c.live[i]), c.want[i]) << "worker " << c.live[i];
+    }
+  }
+  // A worker that is not live takes nothing.
+  EXPECT_TRUE(adopted_parts({0, 2}, 4, 1).empty());
+}
+
+TEST(BatchSchedule, AdoptedPartsFollowTheOwnBatchesEachOnce) {
+  uint64_t skip = 0;
+  const EpochPlan own = plan_epoch(300, 64, 0, 1, {}, true, 3, 2, &skip);  // 5 batches
+  const std::vector<AdoptedPart> adopted = {{1, 129}, {3, 64}};           // 3 batches, 1 batch
+  const EpochBatches e = epoch_batches(own, adopted, 64, true, 3, 2);
+  EXPECT_EQ(e.rows, 300u + 129 + 64);
+  ASSERT_EQ(e.order.size(), 9u);
+  for (size_t k = 0; k < 5; ++k) EXPECT_EQ(e.order[k], (PartBatch{0, own.order[k]}));
+  std::multiset<uint64_t> first, second;
+  for (size_t k = 5; k < 8; ++k) {
+    EXPECT_EQ(e.order[k].part, 1u);
+    first.insert(e.order[k].batch);
+  }
+  EXPECT_EQ(first, (std::multiset<uint64_t>{0, 1, 2}));
+  EXPECT_EQ(e.order[8], (PartBatch{2, 0}));
+  // Shuffled as the dead worker's own share would be.
+  std::vector<uint64_t> part1;
+  for (size_t k = 5; k < 8; ++k) part1.push_back(e.order[k].batch);
+  EXPECT_EQ(part1, epoch_order({0, 1, 2}, true, 3, 2, 1));
 }
 
 }  // namespace

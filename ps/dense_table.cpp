@@ -85,7 +85,9 @@ PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grad
     const size_t local = static_cast<size_t>(first_row - begin_ + r);
     float* value = values_ + local * width_;
     const float* grad = grads + r * width_;
-    for (size_t i = 0; i < width_; ++i) row[i] = std::atomic_ref<float>(value[i]).load(std::memory_order_relaxed);
+    // Only this thread writes the values (under writer_), so its plain reads
+    // race with nothing; the stores below stay atomic for try_read's loads.
+    std::memcpy(row.data(), value, width_ * sizeof(float));
     if (apply_update(schema_.updater, row.data(), state_.data() + local * state_floats_, grad, width_) !=
         UpdateStatus::kApplied) {
       ++result.refused_non_finite;

@@ -1,5 +1,6 @@
 #include "ps/updater.h"
 
+#include <cfloat>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -147,9 +148,9 @@ void initialize_state(const UpdaterConfig& config, const float* value, float* st
 }
 
 bool all_finite(const float* x, size_t n) {
-  bool ok = true;
-  for (size_t i = 0; i < n; ++i) ok &= std::isfinite(x[i]);
-  return ok;
+  int bad = 0;  // no early exit and no branch: the loop vectorizes
+  for (size_t i = 0; i < n; ++i) bad |= !(std::fabs(x[i]) <= FLT_MAX);
+  return bad == 0;
 }
 
 UpdateStatus apply_update(const UpdaterConfig& config, float* value, float* state, const float* grad,

@@ -13,17 +13,6 @@
 
 namespace parafab::ps::updaters {
 
-// soft_threshold without branches: a weight's sign after a step is as good
-// as random, and a mispredicted branch per key costs more than the step. The
-// same double for every input: for u > t, |u| - t is u - t; for u < -t it is
-// -(u + t) exactly (round-to-nearest is symmetric), and copysign restores the
-// sign; otherwise (|u| <= t, or u NaN) r > 0 is false and the result is +0.0,
-// as soft_threshold's fall-through.
-inline double soft_threshold_select(double u, double t) {
-  const double r = std::fabs(u) - t;
-  return r > 0.0 ? std::copysign(r, u) : 0.0;
-}
-
 // The hyperparameters as the doubles the step functions compute with.
 struct Width1Params {
   double lr, l1, l2, eps;

@@ -15,38 +15,55 @@
 namespace parafab::ps::updaters {
 namespace {
 
-double closed_form_w(double z, double n, double alpha, double beta, double l1, double l2) {
-  if (std::fabs(z) <= l1) return 0.0;
+// Selects, not branches (see soft_threshold_select), so that a dense row's
+// loop vectorizes; the division is computed either way and discarded.
+inline double closed_form_w(double z, double n, double alpha, double beta, double l1, double l2) {
   const double sign_z = z < 0 ? -1.0 : 1.0;
-  return -(z - sign_z * l1) / ((beta + std::sqrt(n)) / alpha + l2);
+  const double w = -(z - sign_z * l1) / ((beta + std::sqrt(n)) / alpha + l2);
+  return std::fabs(z) <= l1 ? 0.0 : w;
+}
+
+// One coordinate's new (z, n, w); misfits counts the doubles that do not fit a float.
+struct FtrlCoordinate {
+  float z, n;
+  double w;
+  int misfits;
+};
+
+inline FtrlCoordinate ftrl_coordinate(double g, double w, double z, double n_old, double alpha, double beta, double l1,
+                               double l2) {
+  const double g2 = g * g;
+  const double n_new = n_old + g2;
+  const double sigma_full = g2 / (alpha * (std::sqrt(n_new) + std::sqrt(n_old)));
+  const double sigma = g2 == 0.0 ? 0.0 : sigma_full;
+  const double z_new = z + g - sigma * w;
+  const float z_f = static_cast<float>(z_new);
+  const float n_f = static_cast<float>(n_new);
+  const double w_new = closed_form_w(z_f, n_f, alpha, beta, l1, l2);
+  return {z_f, n_f, w_new, !fits_float(z_new) + !fits_float(n_new) + !fits_float(w_new)};
 }
 
 }  // namespace
 
-bool ftrl_step(const UpdaterConfig& c, float* value, float* state, const float* grad, size_t width,
+PARAFAB_UPDATER_CLONES bool ftrl_step(const UpdaterConfig& c, float* value, float* state, const float* grad, size_t width,
                bool commit) {
   const double alpha = c.ftrl_alpha, beta = c.ftrl_beta, l1 = c.ftrl_l1, l2 = c.ftrl_l2;
   float* z = state;
   float* n = state + width;
-  for (size_t i = 0; i < width; ++i) {
-    const double g = grad[i];
-    const double w = value[i];
-    const double n_old = n[i];
-    const double g2 = g * g;
-    const double n_new = n_old + g2;
-    const double sigma = g2 == 0.0 ? 0.0 : g2 / (alpha * (std::sqrt(n_new) + std::sqrt(n_old)));
-    const double z_new = static_cast<double>(z[i]) + g - sigma * w;
-    if (!commit && (!fits_float(z_new) || !fits_float(n_new))) return false;
-    const float z_f = static_cast<float>(z_new);
-    const float n_f = static_cast<float>(n_new);
-    const double w_new = closed_form_w(z_f, n_f, alpha, beta, l1, l2);
-    if (!commit) {
-      if (!fits_float(w_new)) return false;
-    } else {
-      z[i] = z_f;
-      n[i] = n_f;
-      value[i] = static_cast<float>(w_new);
+  // As sgd_step: two loops without branches, so that both vectorize.
+  if (!commit) {
+    int misfits = 0;
+#pragma omp simd reduction(+ : misfits)
+    for (size_t i = 0; i < width; ++i) {
+      misfits += ftrl_coordinate(grad[i], value[i], z[i], n[i], alpha, beta, l1, l2).misfits;
     }
+    return misfits == 0;
+  }
+  for (size_t i = 0; i < width; ++i) {
+    const FtrlCoordinate x = ftrl_coordinate(grad[i], value[i], z[i], n[i], alpha, beta, l1, l2);
+    z[i] = x.z;
+    n[i] = x.n;
+    value[i] = static_cast<float>(x.w);
   }
   return true;
 }

@@ -99,6 +99,30 @@ struct EpochBatches {
 EpochBatches epoch_batches(const EpochPlan& plan, const std::vector<AdoptedPart>& adopted, uint64_t batch_rows,
                            bool shuffle, uint64_t seed, int epoch);
 
+// What both trainers plan an epoch over: epoch_batches of `plan` and the
+// parts `source` gives (none when it is null), with parts[i] the data of
+// part i (parts[0] = &own).
+template <class Data>
+struct PartedEpoch {
+  std::vector<const Data*> parts;
+  EpochBatches batches;
+};
+template <class Data>
+PartedEpoch<Data> epoch_over_parts(const EpochPlan& plan, const Data& own, const AdoptedSource<Data>& source,
+                                   uint64_t batch_rows, bool shuffle, uint64_t seed, int epoch) {
+  PartedEpoch<Data> e;
+  e.parts.push_back(&own);
+  std::vector<AdoptedPart> adopted;
+  if (source) {
+    for (const AdoptedData<Data>& a : source(epoch)) {
+      e.parts.push_back(a.data);
+      adopted.push_back({a.part, a.data->rows()});
+    }
+  }
+  e.batches = epoch_batches(plan, adopted, batch_rows, shuffle, seed, epoch);
+  return e;
+}
+
 // The share's order in `epoch` (1-based): as given in epoch 1 or without
 // shuffle, else a Fisher-Yates shuffle from a counter-based stream of (seed,
 // epoch, index), the same on every machine.

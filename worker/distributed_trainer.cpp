@@ -78,17 +78,11 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
     const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.live_workers, options_.shuffle,
                                       options_.seed, epoch, &skip);
-    std::vector<const SlotCsr*> parts{&data};
-    std::vector<AdoptedPart> adopted;
-    if (options_.adopted_parts) {
-      for (const AdoptedData<SlotCsr>& a : options_.adopted_parts(epoch)) {
-        parts.push_back(a.data);
-        adopted.push_back({a.part, a.data->rows()});
-      }
-    }
-    const EpochBatches batches = epoch_batches(plan, adopted, batch, options_.shuffle, options_.seed, epoch);
-    const std::vector<PartBatch>& order = batches.order;
-    report.start_epoch(epoch, batches.rows);
+    const PartedEpoch<SlotCsr> parted =
+        epoch_over_parts(plan, data, options_.adopted_parts, batch, options_.shuffle, options_.seed, epoch);
+    const std::vector<const SlotCsr*>& parts = parted.parts;
+    const std::vector<PartBatch>& order = parted.batches.order;
+    report.start_epoch(epoch, parted.batches.rows);
     double loss_sum = 0;
     uint64_t seen = 0;
     // Pull-ahead: batch k+1's weights are requested before batch k is computed.

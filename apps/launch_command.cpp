@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -118,14 +119,15 @@ void validate(LaunchFlags& f) {
   if (f.server_rejoin_timeout_s > 0 && f.checkpoints.dir.empty()) {
     throw std::invalid_argument("--server-rejoin-timeout needs --checkpoint-dir (a server rejoins from its checkpoint)");
   }
-  if (f.server_rejoin_timeout_s > 0 && !f.hostfile.empty()) {
-    throw std::invalid_argument("--server-rejoin-timeout: for local jobs (not yet under --hostfile)");
-  }
   if (f.restart_failed > 0 && f.checkpoints.dir.empty()) {
     throw std::invalid_argument("--restart-failed needs --checkpoint-dir (the job restarts from its checkpoints)");
   }
-  if (f.restart_failed > 0 && !f.hostfile.empty()) {
-    throw std::invalid_argument("--restart-failed: for local jobs (under --hostfile or Slurm, rerun with train --resume)");
+  // Over ssh launch restarts a dead server on its host (it rejoins under its
+  // rank); a whole-job restart there is by hand (train --resume).
+  if (f.restart_failed > 0 && !f.hostfile.empty() && f.server_rejoin_timeout_s <= 0) {
+    throw std::invalid_argument(
+        "--restart-failed under --hostfile restarts dead servers only: give --server-rejoin-timeout too (a whole "
+        "job is restarted by running it again with train --resume)");
   }
   if (f.hostfile.empty()) {
     const std::pair<bool, const char*> ssh_only[] = {
@@ -358,6 +360,10 @@ class Launch {
     // The servers' checkpoints go to one directory that every host sees at
     // the same path (as the job token's); train --resume reads it.
     for (const std::string& a : f_.checkpoints.server_args()) node.push_back(a);
+    if (f_.server_rejoin_timeout_s > 0) {
+      node.insert(node.end(), {"--server-rejoin-timeout", fmt::format("{}", f_.server_rejoin_timeout_s)});
+    }
+    const size_t node_options_end = node.size();  // where a restarted server's --recover goes
     node.push_back("--");
     node.insert(node.end(), f_.command.begin(), f_.command.end());
 
@@ -371,21 +377,36 @@ class Launch {
     const std::string fd = std::to_string(session_->read_fd());
     const std::string to_stdin = "exec 0<&" + fd + " " + fd + "<&-; exec \"$@\"";
 
-    for (size_t g = 0; g < processes; ++g) {
+    // Process g of the job, on host h; `recover`: a server started again
+    // (parafab node --recover), which rejoins under its rank.
+    auto start = [=, this](size_t g, const SshHost& h, bool recover) {
       const bool is_scheduler = g == 0, is_server = g >= 1 && g <= static_cast<size_t>(f_.servers);
       const size_t rank = is_scheduler ? 0 : is_server ? g - 1 : g - 1 - static_cast<size_t>(f_.servers);
       const std::string role = is_scheduler ? "scheduler" : is_server ? "server" : "worker";
       std::vector<std::string> e = env;
       e.push_back("PARAFAB_ROLE=" + role);
       e.push_back(fmt::format("PARAFAB_RANK={}", rank));
+      std::vector<std::string> n = node;
+      if (recover) n.insert(n.begin() + static_cast<std::ptrdiff_t>(node_options_end), "--recover");
       std::vector<std::string> argv = {"/bin/sh", "-c", to_stdin, "parafab-ssh"};
-      const std::vector<std::string> s = ssh_argv(hosts[at[g]], ssh, remote_command(cwd, f_.grace_s, e, node));
+      const std::vector<std::string> s = ssh_argv(h, ssh, remote_command(cwd, f_.grace_s, e, n));
       argv.insert(argv.end(), s.begin(), s.end());
-      host_of_.push_back(hosts[at[g]].destination);
+      host_of_.push_back(h.destination);
       const size_t i = group_.start(is_scheduler ? role : fmt::format("{} {}", role, rank), argv, {});
+      if (is_server) server_child_[i] = static_cast<int>(rank);
       if (!is_scheduler && !is_server) workers_.push_back(i);
+    };
+    for (size_t g = 0; g < processes; ++g) start(g, hosts[at[g]], false);
+    // A server started again later needs the session pipe's read end (its
+    // ssh's stdin); else nothing more is started: close ours now.
+    if (f_.server_rejoin_timeout_s > 0 && f_.restart_failed > 0) {
+      restart_server_ = [start, hosts, at](int rank) {
+        const size_t g = 1 + static_cast<size_t>(rank);
+        start(g, hosts[at[g]], true);
+      };
+    } else {
+      session_->close_read();
     }
-    session_->close_read();
     std::string started;
     for (size_t i = 0; i < group_.size(); ++i) started += (i == 0 ? "" : ", ") + who(i);
     say(fmt::format("started {}", started));
@@ -554,12 +575,16 @@ class Launch {
           say(fmt::format("{} failed: {}; starting it again under its rank from its checkpoint (server restart {} of "
                           "{}); the job goes on",
                           who(i), end_of(i), server_restarts_, f_.restart_failed));
-          std::vector<std::string> argv = server_argv_;
-          argv.push_back("--recover");
           const int rank = s->second;
-          server_child_[group_.start(fmt::format("server {}", rank), argv,
-                                     with(server_env_, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", rank)}))] =
-              rank;
+          if (restart_server_) {
+            restart_server_(rank);  // over ssh, on its host
+          } else {
+            std::vector<std::string> argv = server_argv_;
+            argv.push_back("--recover");
+            server_child_[group_.start(fmt::format("server {}", rank), argv,
+                                       with(server_env_, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", rank)}))] =
+                rank;
+          }
           continue;
         }
         say(fmt::format("{} failed: {}", who(i), end_of(i)));
@@ -615,8 +640,11 @@ class Launch {
 
   LaunchFlags f_;
   int lost_workers_ = 0;  // workers that failed under --on-worker-failure continue
-  // Local servers, to start one again under its rank (--server-rejoin-timeout with --restart-failed).
+  // Servers, to start one again under its rank (--server-rejoin-timeout with
+  // --restart-failed): locally from server_argv_ and server_env_, over ssh
+  // by restart_server_ (on the server's host).
   std::vector<std::string> server_argv_, server_env_;
+  std::function<void(int rank)> restart_server_;
   std::map<size_t, int> server_child_;  // child index -> server rank
   int server_restarts_ = 0;
   bool restartable_ = false;  // this run ended with a failed process (--restart-failed may start it again)
@@ -663,14 +691,15 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
   add_server_rejoin_flag(cmd, f->server_rejoin_timeout_s,
-                         "; with --restart-failed N (local jobs), launch starts a dead server again itself, up to N "
-                         "times, and the job goes on");
+                         "; with --restart-failed N, launch starts a dead server again itself (under --hostfile on "
+                         "its host, over ssh), up to N times, and the job goes on");
   add_checkpoint_flags(cmd, f->checkpoints,
                        "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir; under --hostfile "
                        "on storage every host sees); train --resume DIR starts a job from them");
   cmd->add_option("--restart-failed", f->restart_failed,
                   "Up to N times, when a server or the scheduler dies, start the whole job again from the newest "
-                  "complete checkpoint set in --checkpoint-dir (local jobs)")
+                  "complete checkpoint set in --checkpoint-dir (local jobs); with --server-rejoin-timeout, start "
+                  "only a dead server again, under its rank (local jobs and --hostfile)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--grace", f->grace_s, "Seconds between SIGTERM and SIGKILL when stopping the job")

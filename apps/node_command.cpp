@@ -58,6 +58,8 @@ struct NodeFlags {
   double join_timeout_s = 60, heartbeat_timeout_s = 10;
   std::string on_worker_failure = "fail";
   CheckpointFlags checkpoints;  // the servers'
+  double server_rejoin_timeout_s = 0;  // the scheduler's
+  bool recover = false;                // a server's: start from its checkpoint (rejoin a running job)
   bool dry_run = false;
   std::vector<std::string> command;
 };
@@ -196,6 +198,14 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
   (void)ps::JobToken::from_file(plan.token_file);  // unreadable or bad: say so on every node, before anything starts
   (void)ps::ConsistencyModel::parse(f.consistency);
   for (const std::string& spec : f.tables) (void)parse_table_spec(spec);
+  // Every process of a job gets the same flags: refuse on each what the
+  // servers could not do, before anything starts.
+  if (f.server_rejoin_timeout_s > 0 && f.checkpoints.dir.empty()) {
+    throw std::invalid_argument("--server-rejoin-timeout needs --checkpoint-dir (a server rejoins from its checkpoint)");
+  }
+  if (f.recover && f.checkpoints.dir.empty()) {
+    throw std::invalid_argument("--recover needs --checkpoint-dir (where the server's checkpoint is)");
+  }
   if (!f.node.empty() && !f.iface.empty()) throw std::invalid_argument("give --node or --iface, not both");
   const std::string iface = env_or(env, "PARAFAB_IFACE", f.iface);
   const std::string node = !f.node.empty() ? f.node : !iface.empty() ? interface_address(iface) : std::string();
@@ -218,6 +228,9 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
                    std::to_string(shape.workers), "--port", std::to_string(plan.port), "--bind", f.bind,
                    "--token-file", plan.token_file, "--join-timeout", join, "--heartbeat-timeout",
                    fmt::format("{}", f.heartbeat_timeout_s), "--on-worker-failure", f.on_worker_failure};
+      if (f.server_rejoin_timeout_s > 0) {
+        plan.argv.insert(plan.argv.end(), {"--server-rejoin-timeout", fmt::format("{}", f.server_rejoin_timeout_s)});
+      }
       for (const std::string& t : f.tables) {
         plan.argv.push_back("--table");
         plan.argv.push_back(t);
@@ -227,6 +240,7 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
       plan.argv = {self_exe(), "server", "--rank", std::to_string(p.role_rank), "--consistency", f.consistency,
                    "--join-timeout", join};
       for (const std::string& a : f.checkpoints.server_args()) plan.argv.push_back(a);
+      if (f.recover) plan.argv.push_back("--recover");
       break;
     case NodeRole::kWorker:
       plan.argv = f.command;
@@ -320,6 +334,11 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
   add_worker_failure_flag(cmd, f->on_worker_failure);
   add_checkpoint_flags(cmd, f->checkpoints,
                        "Servers checkpoint their shards to DIR (storage every host sees); rerun with train --resume DIR");
+  add_server_rejoin_flag(cmd, f->server_rejoin_timeout_s,
+                         "; start the dead server again with parafab node --recover under its role and rank, on any host");
+  cmd->add_flag("--recover", f->recover,
+                "Servers: start from this server's last checkpoint in --checkpoint-dir; in a running job whose "
+                "scheduler keeps the rank (--server-rejoin-timeout), rejoin it. Other roles ignore it");
   cmd->add_flag("--dry-run", f->dry_run, "Print this process's role, environment and command, and exit");
   cmd->add_option("command", f->command,
                   "The worker command and its arguments, after --; it finds the job in PARAFAB_SCHEDULER, "

@@ -130,10 +130,10 @@ int run_server(ServerFlags f) {
   std::fprintf(stderr, "%s\n",
                fmt::format("server {}: {} pushes ({} keys), {} pulls ({} keys), {} clocks, {} parked, {} bad "
                            "messages{}, {} non-finite gradients refused, {} retried pushes answered without applying "
-                           "them again; max staleness {}",
+                           "them again, {} retried clocks answered; max staleness {}",
                            node.role_rank, st.pushes, st.keys_pushed, st.pulls, st.keys_pulled, st.clocks, st.parked,
                            st.bad_messages, st.last_error.empty() ? "" : " (last: " + st.last_error + ")",
-                           st.refused_non_finite, st.duplicate_pushes, st.staleness.max_seen())
+                           st.refused_non_finite, st.duplicate_pushes, st.duplicate_clocks, st.staleness.max_seen())
                    .c_str());
   // With checkpoints, what a restart from one of them would lose: the bytes
   // since it (checkpoint.h).

@@ -356,6 +356,15 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       return;
     case Op::kClock: {
       const auto r = clocks_.tick(worker, h.clock);
+      if (r == ClockTable::TickResult::kStale && h.clock == clocks_.clock(worker)) {
+        // The clock this server already holds, sent again: a worker retries
+        // its unanswered clock to a server that rejoined, whose checkpoint
+        // (written after the tick, before the reply got out) may hold it.
+        // Ticking is idempotent, so it is answered like the first.
+        ++stats_.duplicate_clocks;
+        reply_header(message.from, h, Op::kClockReply);
+        return;
+      }
       if (r == ClockTable::TickResult::kStale) {
         reply_error(message.from, h.request_id,
                     "clock " + std::to_string(h.clock) + " is not past the worker's clock " +

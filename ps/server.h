@@ -56,6 +56,7 @@ struct ServerStats {
   uint64_t bytes_pushed_restored = 0;  // ... before it, as the restored checkpoint says
   uint64_t refused_non_finite = 0;  // keys whose gradient was refused by the updater
   uint64_t duplicate_pushes = 0;    // retries of pushes already applied: answered, not applied
+  uint64_t duplicate_clocks = 0;    // retries of the worker's current clock (after a rejoin): answered
   uint64_t bad_messages = 0;        // answered with an error
   uint64_t parked = 0;              // pulls parked by the SSP bound, in all
   uint64_t parked_now = 0;

@@ -257,20 +257,37 @@ TEST_F(ClusterEnv, DryRunShowsTheWorkersEnvironment) {
   }
 }
 
-// A server's command carries the checkpoint flags; the scheduler's the
-// worker-failure policy.
+// A server's command carries the checkpoint flags (and --recover, for one
+// started again to rejoin); the scheduler's the worker-failure policy and
+// the rejoin timeout.
 TEST_F(ClusterEnv, DryRunPassesCheckpointsToServersAndThePolicyToTheScheduler) {
-  for (const auto& [procid, want] : {std::pair<const char*, const char*>{"1", "--checkpoint-dir /shared/ck --checkpoint-interval 0 --checkpoint-clocks 50"},
-                                     {"0", "--on-worker-failure continue"}}) {
+  for (const auto& [procid, want] :
+       {std::pair<const char*, const char*>{"1", "--checkpoint-dir /shared/ck --checkpoint-interval 0 --checkpoint-clocks 50 "
+                                                 "--recover\n"},
+        {"0", "--on-worker-failure continue --server-rejoin-timeout 30"}}) {
     std::vector<std::string> env = blank_launcher_variables();
     env.insert(env.end(), {"PARAFAB_TOKEN_FILE=" + token_, std::string("SLURM_PROCID=") + procid, "SLURM_NTASKS=6",
                            "SLURM_NODELIST=localhost,other[1-2]"});
     ChildProcess p({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--checkpoint-dir", "/shared/ck",
-                    "--checkpoint-clocks", "50", "--on-worker-failure", "continue", "--dry-run", "--", "echo", "hi"},
+                    "--checkpoint-clocks", "50", "--on-worker-failure", "continue", "--server-rejoin-timeout", "30",
+                    "--recover", "--dry-run", "--", "echo", "hi"},
                    merged(env));
     ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
     EXPECT_EQ(p.exit_code(), std::optional<int>(0)) << p.output();
     EXPECT_TRUE(contains(p.output(), want)) << want << "\n" << p.output();
+  }
+  // Without --checkpoint-dir neither can work, and every process says so.
+  for (const char* flag : {"--server-rejoin-timeout", "--recover"}) {
+    std::vector<std::string> env = blank_launcher_variables();
+    env.insert(env.end(), {"PARAFAB_TOKEN_FILE=" + token_, "SLURM_PROCID=3", "SLURM_NTASKS=6",
+                           "SLURM_NODELIST=localhost,other[1-2]"});
+    std::vector<std::string> argv = {kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", flag};
+    if (std::string(flag) == "--server-rejoin-timeout") argv.push_back("30");
+    argv.insert(argv.end(), {"--dry-run", "--", "echo", "hi"});
+    ChildProcess p(argv, merged(env));
+    ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
+    EXPECT_EQ(p.exit_code(), std::optional<int>(2)) << p.output();
+    EXPECT_TRUE(contains(p.output(), std::string(flag) + " needs --checkpoint-dir")) << p.output();
   }
 }
 

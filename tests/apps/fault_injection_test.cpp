@@ -5,7 +5,8 @@
 // killed (a clear failure, then train --resume), a slowed worker, corrupt
 // checkpoints (passed over to the one before, or refused naming the file),
 // and a link cut across a LAN of network namespaces (the job stops naming
-// the unreachable server, then resumes from the checkpoints). Each job that
+// the unreachable server, then resumes from the checkpoints; or, with
+// rejoin, launch starts the server again over ssh and the job goes on). Each job that
 // finishes must reach a held-out log loss within 2% of the fault-free run.
 // The suite ends with a summary line: faults injected and survived, and
 // the bytes of model the restarts threw away. It runs as one ctest, so
@@ -520,62 +521,89 @@ TEST_F(FaultInjection, CorruptCheckpointIsPassedOverOrRefusedWithItsPath) {
 
 // Scheduler, servers and workers each in a network namespace of its own
 // (10.211.0.10 ... .14 on one bridge), started by launch --hostfile through
-// an ssh stand-in that runs the command in the host's namespace. Server 1's
-// link is cut for three heartbeat timeouts, then restored: the scheduler
+// an ssh stand-in that runs the command in the host's namespace. Placement
+// is round-robin in file order: scheduler on host 0, servers 0 and 1 on
+// hosts 1 and 2, workers on hosts 3 and 4.
+class LanJob {
+ public:
+  // Its files are `prefix`-hosts, -ssh, -job and -ck. Null (and `why`)
+  // without the rights to make network namespaces.
+  static std::unique_ptr<LanJob> make(const std::string& prefix, std::string& why) {
+    try {
+      return std::unique_ptr<LanJob>(new LanJob(prefix));
+    } catch (const testing::NetnsUnavailable& e) {
+      why = e.what();
+      return nullptr;
+    }
+  }
+  std::vector<std::string> launch_args(const std::vector<std::string>& extra,
+                                       const std::vector<std::string>& worker) const {
+    std::vector<std::string> a = {kBin, "launch", "--hostfile", hosts_, "--ssh", ssh_, "--iface", "veth0",
+                                  "--job-dir", prefix_ + "-job", "--servers", "2",
+                                  "--workers", "2", "--consistency", "ssp:2", "--heartbeat-timeout", "2",
+                                  "--timeout", "150", "--checkpoint-dir", checkpoint_dir(), "--checkpoint-clocks",
+                                  "20"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.push_back("--");
+    a.insert(a.end(), worker.begin(), worker.end());
+    return a;
+  }
+  std::string checkpoint_dir() const { return prefix_ + "-ck"; }
+  // Cuts server 1's link (host 2) for three heartbeat timeouts, then restores it.
+  void cut_server_1(ChildProcess& launch) {
+    lan_.set_link(2, false);
+    wait_until(launch, [] { return false; }, 6s);
+    lan_.set_link(2, true);
+  }
+  // Every node was on its own address: the fabric endpoints (fi_getname) on theirs.
+  static void expect_own_addresses(const std::string& out) {
+    for (const auto& [node, host] : {std::pair<std::string, int>{"server 0", 1}, {"server 1", 2}, {"worker 0", 3},
+                                     {"worker 1", 4}}) {
+      const std::string at = testing::NetnsLan::address(host);
+      EXPECT_TRUE(std::regex_search(out, std::regex(node + R"( \(rank \d+\) joined job .* at \S*)" +
+                                                        std::regex_replace(at, std::regex(R"(\.)"), R"(\.)"))))
+          << node << " not at " << at << "\n" << out;
+    }
+  }
+
+ private:
+  explicit LanJob(const std::string& prefix) : lan_(5), prefix_(prefix), hosts_(prefix + "-hosts"), ssh_(prefix + "-ssh") {
+    std::ofstream h(hosts_);
+    for (int i = 0; i < 5; ++i) h << testing::NetnsLan::address(i) << " slots=1\n";
+    std::ofstream s(ssh_);
+    // launch runs `SSH [options] HOST COMMAND`; run COMMAND in HOST's namespace.
+    s << "#!/bin/sh\neval host=\\${$(($# - 1))}\neval command=\\${$#}\ncase \"$host\" in\n";
+    for (int i = 0; i < 5; ++i) s << "  " << testing::NetnsLan::address(i) << ") ns=" << lan_.host_ns(i) << " ;;\n";
+    s << "  *) echo \"lan-ssh: unknown host $host\" >&2; exit 255 ;;\nesac\n"
+      << "exec ip netns exec \"$ns\" /bin/sh -c \"$command\"\n";
+    s.close();
+    std::filesystem::permissions(ssh_, std::filesystem::perms::owner_all);
+  }
+  testing::NetnsLan lan_;
+  std::string prefix_, hosts_, ssh_;
+};
+
+// Server 1's link cut for longer than the heartbeat timeout: the scheduler
 // names it dead, the job stops, and the same job resumed from its
 // checkpoints finishes within 2% of the fault-free run.
 TEST_F(FaultInjection, CutLinkStopsTheJobNamingTheServerAndItResumes) {
-  std::unique_ptr<testing::NetnsLan> lan;
-  try {
-    lan = std::make_unique<testing::NetnsLan>(5);
-  } catch (const testing::NetnsUnavailable& e) {
-    GTEST_SKIP() << "no network namespaces: " << e.what();
-  }
-  const std::string hosts = file("lan-hosts"), ssh = file("lan-ssh");
-  {
-    std::ofstream h(hosts);
-    for (int i = 0; i < 5; ++i) h << testing::NetnsLan::address(i) << " slots=1\n";
-    std::ofstream s(ssh);
-    // launch runs `SSH [options] HOST COMMAND`; run COMMAND in HOST's namespace.
-    s << "#!/bin/sh\neval host=\\${$(($# - 1))}\neval command=\\${$#}\ncase \"$host\" in\n";
-    for (int i = 0; i < 5; ++i) s << "  " << testing::NetnsLan::address(i) << ") ns=" << lan->host_ns(i) << " ;;\n";
-    s << "  *) echo \"lan-ssh: unknown host $host\" >&2; exit 255 ;;\nesac\n"
-      << "exec ip netns exec \"$ns\" /bin/sh -c \"$command\"\n";
-  }
-  std::filesystem::permissions(ssh, std::filesystem::perms::owner_all);
-  // Placement is round-robin in file order: scheduler on host 0, servers 0
-  // and 1 on hosts 1 and 2, workers on hosts 3 and 4.
-  auto lan_launch = [&](const std::vector<std::string>& worker) {
-    std::vector<std::string> a = {kBin, "launch", "--hostfile", hosts, "--ssh", ssh, "--iface", "veth0",
-                                  "--job-dir", file("lan-job"), "--servers", "2", "--workers", "2",
-                                  "--consistency", "ssp:2", "--heartbeat-timeout", "2", "--timeout", "150",
-                                  "--checkpoint-dir", file("lan-ck"), "--checkpoint-clocks", "20", "--"};
-    a.insert(a.end(), worker.begin(), worker.end());
-    return a;
-  };
-  ChildProcess p(lan_launch(worker_args()), {"FI_TCP_IFACE=veth0"});
-  const std::string first = file("lan-ck") + "/server-1-of-2.ckpt";
+  std::string why;
+  const std::unique_ptr<LanJob> lan = LanJob::make(file("lan"), why);
+  if (!lan) GTEST_SKIP() << "no network namespaces: " << why;
+  ChildProcess p(lan->launch_args({}, worker_args()), {"FI_TCP_IFACE=veth0"});
+  const std::string first = lan->checkpoint_dir() + "/server-1-of-2.ckpt";
   ASSERT_TRUE(wait_until(p, [&] { return std::filesystem::exists(first); }, 90s)) << p.output();
-  lan->set_link(2, false);
   ++tally.injected;
-  wait_until(p, [] { return false; }, 6s);  // three heartbeat timeouts without the link
-  lan->set_link(2, true);
+  lan->cut_server_1(p);
   finish(p);
   EXPECT_NE(p.exit_code(), 0) << p.output();
   EXPECT_TRUE(std::regex_search(p.output(), std::regex(R"(scheduler: server 1 \(rank \d+, host [^)]*\) is dead: no heartbeat)")))
       << p.output();
-  // Every node was on its own address: the fabric endpoints (fi_getname) on theirs.
-  for (const auto& [node, host] : {std::pair<std::string, int>{"server 0", 1}, {"server 1", 2}, {"worker 0", 3},
-                                   {"worker 1", 4}}) {
-    const std::string at = testing::NetnsLan::address(host);
-    EXPECT_TRUE(std::regex_search(p.output(), std::regex(node + R"( \(rank \d+\) joined job .* at \S*)" +
-                                                             std::regex_replace(at, std::regex(R"(\.)"), R"(\.)"))))
-        << node << " not at " << at << "\n" << p.output();
-  }
+  LanJob::expect_own_addresses(p.output());
 
   std::vector<std::string> resumed = worker_args();
-  resumed.insert(resumed.end(), {"--resume", file("lan-ck")});
-  ChildProcess q(lan_launch(resumed), {"FI_TCP_IFACE=veth0"});
+  resumed.insert(resumed.end(), {"--resume", lan->checkpoint_dir()});
+  ChildProcess q(lan->launch_args({}, resumed), {"FI_TCP_IFACE=veth0"});
   finish(q);
   EXPECT_EQ(q.exit_code(), 0) << q.output();
   EXPECT_NE(q.output().find("resuming from the checkpoint set"), std::string::npos) << q.output();
@@ -583,6 +611,42 @@ TEST_F(FaultInjection, CutLinkStopsTheJobNamingTheServerAndItResumes) {
   EXPECT_GE(clock, 20) << q.output();
   count_model_lost(p.output(), q.output());
   expect_close_to_reference(q.output());
+}
+
+// The same cut with --server-rejoin-timeout and --restart-failed: the job
+// does not stop. Server 1, cut off, is named dead; once its link is back
+// it learns it lost the scheduler and exits; launch starts it again over
+// ssh on its host (parafab node --recover), it rejoins under its rank from
+// its checkpoint, and the job finishes within 2% of the fault-free run.
+TEST_F(FaultInjection, CutLinkServerRejoinsOverSshAndTheJobFinishes) {
+  std::string why;
+  const std::unique_ptr<LanJob> lan = LanJob::make(file("lan-rejoin"), why);
+  if (!lan) GTEST_SKIP() << "no network namespaces: " << why;
+  ChildProcess p(lan->launch_args({"--server-rejoin-timeout", "60", "--restart-failed", "1"}, worker_args()),
+                 {"FI_TCP_IFACE=veth0"});
+  const std::string first = lan->checkpoint_dir() + "/server-1-of-2.ckpt";
+  ASSERT_TRUE(wait_until(p, [&] { return std::filesystem::exists(first); }, 90s)) << p.output();
+  ++tally.injected;
+  lan->cut_server_1(p);
+  finish(p);
+  const std::string& out = p.output();
+  EXPECT_EQ(p.exit_code(), 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(scheduler: server 1 \(rank \d+, host [^)]*\) is dead: no heartbeat)")))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(launch: server 1 on \S+ \(pid \d+\) failed: .*; starting it )"
+                                                R"(again under its rank from its checkpoint)")))
+      << out;
+  EXPECT_EQ(out.find("restart 1 of 1: the whole job"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[server 1\] server 1: rejoined the running job, restored from \S+)")))
+      << out;
+  // The new server 1 is on its host's address again.
+  LanJob::expect_own_addresses(out);
+  const uint64_t lost = lost_in_rejoin(out);
+  std::printf("%s: %llu bytes of model lost (counted by the workers)\n",
+              ::testing::UnitTest::GetInstance()->current_test_info()->name(), static_cast<unsigned long long>(lost));
+  ++tally.restarts;
+  tally.bytes_lost += lost;
+  expect_close_to_reference(out);
 }
 
 }  // namespace

@@ -351,6 +351,35 @@ TEST(PsExactlyOnce, ARetriedPushIsAnsweredAndAppliedOnce) {
   EXPECT_EQ(out, (std::vector<float>{-3, -6}));
 }
 
+// A clock sent again (a worker retrying its unanswered clock to a rejoined
+// server whose checkpoint already holds it) is answered like the first and
+// counted; an older clock is still refused with an error naming both.
+TEST(PsExactlyOnce, ARetriedClockIsAnsweredAndAnOlderOneRefused) {
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1);
+  job.start();
+  rdma::Endpoint& raw = job.endpoint(2);  // worker 1
+  auto exchange = [&](int64_t clock, uint64_t id) {
+    const auto bytes = encode_message(WireHeader{.op = Op::kClock, .sender = 2, .clock = clock, .request_id = id}, {},
+                                      std::span<const std::byte>());
+    EXPECT_TRUE(raw.send(0, 0, bytes.data(), bytes.size()).get().ok());
+    auto m = raw.receive(std::chrono::seconds(10));
+    DecodedMessage d;
+    if (!m || decode_message(m->data, WireLimits{}, d)) return std::make_pair(Op::kError, std::string("no reply"));
+    return std::make_pair(d.header.op, d.error_text);
+  };
+  EXPECT_EQ(exchange(1, 1).first, Op::kClockReply);
+  EXPECT_EQ(exchange(2, 2).first, Op::kClockReply);
+  EXPECT_EQ(exchange(2, 2).first, Op::kClockReply);  // the retry
+  EXPECT_EQ(job.server(0).clocks().clock(1), 2);
+  EXPECT_EQ(job.server(0).stats().duplicate_clocks, 1u);
+  EXPECT_EQ(job.server(0).stats().bad_messages, 0u);
+  const auto older = exchange(1, 3);
+  EXPECT_EQ(older.first, Op::kError);
+  EXPECT_NE(older.second.find("clock 1 is not past the worker's clock 2"), std::string::npos) << older.second;
+  EXPECT_EQ(job.server(0).stats().duplicate_clocks, 1u);
+  EXPECT_EQ(job.server(0).clocks().clock(1), 2);
+}
+
 // A server that dies and comes back as a new process under its rank: the
 // worker's client (told by the scheduler, here directly) sends the new one
 // the push the old one never answered, and it lands on the checkpoint's

@@ -19,30 +19,19 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
   co.role = role;
   co.host_name = this_host_name();
   co.fabric_address = node.endpoint->address();
-  // Sends to a dead node fail at once from now on (a post retrying for it
-  // stops), instead of holding the sender until the fabric timeout: a
-  // worker's KV client sends under one lock, which a rejoin needs too.
-  co.on_node_dead = [endpoint = node.endpoint.get(), user = std::move(on_node_dead)](const ps::NodeInfo& n,
-                                                                                     const std::string& why) {
-    endpoint->mark_peer_failed(n.rank, "declared dead by the scheduler: " + why);
+  // Deaths mark the peer failed at once; a worker's notices of rejoined
+  // servers are handled on the dispatcher's thread (rejoin_dispatch.h).
+  // Only workers talk to servers: a server has nothing to update.
+  node.rejoins = std::make_shared<RejoinDispatcher>(*node.endpoint);
+  co.on_node_dead = [d = node.rejoins, user = std::move(on_node_dead)](const ps::NodeInfo& n, const std::string& why) {
+    d->node_dead(n, why);
     if (user) user(n, why);
   };
-  node.rejoin_target->endpoint = node.endpoint.get();
-  // Only workers talk to servers: a server has nothing to update.
-  if (role == ps::Role::kWorker) co.on_node_rejoined = [target = node.rejoin_target](const ps::NodeInfo& n,
-                                                                                        const ps::RestoredPushes& r) {
-    std::lock_guard lock(target->mu);
-    try {
-      if (target->kv != nullptr) {
-        const uint32_t w = target->kv->worker_index();
-        target->kv->server_rejoined(n.rank, n.fabric_address, r.last_push_ids.at(w), r.worker_bytes_pushed.at(w));
-      } else {
-        target->endpoint->replace_peer(n.rank, n.fabric_address);
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "server %u rejoined at an address this node cannot use: %s\n", n.role_rank, e.what());
-    }
-  };
+  if (role == ps::Role::kWorker) {
+    co.on_node_rejoined = [d = node.rejoins](const ps::NodeInfo& n, const ps::RestoredPushes& r) {
+      d->server_rejoined(n, r);
+    };
+  }
   co.requested_role_rank = flags.role_rank;
   co.tables = std::move(tables);
   co.resume_dir = std::move(resume_dir);
@@ -66,13 +55,9 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
 }
 
 std::shared_ptr<void> ClusterNode::attach(worker::KvClient& kv) {
-  {
-    std::lock_guard lock(rejoin_target->mu);
-    rejoin_target->kv = &kv;
-  }
-  return std::shared_ptr<void>(nullptr, [target = rejoin_target](void*) {
-    std::lock_guard lock(target->mu);
-    target->kv = nullptr;
+  return rejoins->attach([&kv](const ps::NodeInfo& n, const ps::RestoredPushes& r) {
+    const uint32_t w = kv.worker_index();
+    kv.server_rejoined(n.rank, n.fabric_address, r.last_push_ids.at(w), r.worker_bytes_pushed.at(w));
   });
 }
 

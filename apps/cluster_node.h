@@ -9,19 +9,12 @@
 #include <string>
 
 #include "apps/cluster_flags.h"
+#include "apps/rejoin_dispatch.h"
 #include "ps/scheduler_client.h"
 #include "rdma/endpoint.h"
 #include "worker/kv_client.h"
 
 namespace parafab::apps {
-
-// Where a worker's notice that a server rejoined goes: its KV client once
-// one is attached, else straight to the endpoint.
-struct RejoinTarget {
-  std::mutex mu;
-  rdma::Endpoint* endpoint = nullptr;
-  worker::KvClient* kv = nullptr;
-};
 
 struct ClusterNode {
   std::unique_ptr<rdma::Endpoint> endpoint;
@@ -29,7 +22,9 @@ struct ClusterNode {
   const ps::ClusterMap* map = nullptr;
   uint32_t rank = 0;
   uint32_t role_rank = 0;
-  std::shared_ptr<RejoinTarget> rejoin_target = std::make_shared<RejoinTarget>();
+  // A worker's notices of rejoined servers, handled off the scheduler
+  // client's thread (made in join_cluster, shared with its callbacks).
+  std::shared_ptr<RejoinDispatcher> rejoins;
 
   // A worker's KV client hears of rejoined servers until the returned
   // handle goes (declare it after the client, so it goes first).

@@ -122,13 +122,6 @@ void validate(LaunchFlags& f) {
   if (f.restart_failed > 0 && f.checkpoints.dir.empty()) {
     throw std::invalid_argument("--restart-failed needs --checkpoint-dir (the job restarts from its checkpoints)");
   }
-  // Over ssh launch restarts a dead server on its host (it rejoins under its
-  // rank); a whole-job restart there is by hand (train --resume).
-  if (f.restart_failed > 0 && !f.hostfile.empty() && f.server_rejoin_timeout_s <= 0) {
-    throw std::invalid_argument(
-        "--restart-failed under --hostfile restarts dead servers only: give --server-rejoin-timeout too (a whole "
-        "job is restarted by running it again with train --resume)");
-  }
   if (f.hostfile.empty()) {
     const std::pair<bool, const char*> ssh_only[] = {
         {f.ssh_port != 0, "--ssh-port"}, {!f.ssh_options.empty(), "--ssh-option"}, {f.ssh_program != "ssh", "--ssh"},
@@ -254,15 +247,15 @@ class Launch {
   explicit Launch(LaunchFlags f) : f_(std::move(f)), signals_({SIGINT, SIGTERM, SIGCHLD}), group_(signals_.fd()) {}
 
   int run() {
-    if (!f_.hostfile.empty()) return run_ssh();
     // --restart-failed: when a server or the scheduler fails (or a worker,
     // under --on-worker-failure fail), stop the job and start it again,
     // every process, from the newest complete checkpoint set; the workers
-    // find it in PARAFAB_RESUME_DIR (train --resume).
+    // find it in PARAFAB_RESUME_DIR (train --resume). Over ssh the same,
+    // on the same hosts (the set is on storage every host sees).
     bool resume = false;
     for (int restart = 0;; ++restart) {
       restartable_ = false;
-      const int code = run_local(resume);
+      const int code = f_.hostfile.empty() ? run_local(resume) : run_ssh(resume);
       if (code == 0 || !restartable_ || restart >= f_.restart_failed) {
         if (restartable_ && f_.restart_failed > 0) say(fmt::format("gave up after {} restarts (--restart-failed)", restart));
         return code;
@@ -304,7 +297,11 @@ class Launch {
     return s;
   }
 
-  int run_ssh() {
+  int run_ssh(bool resume) {
+    workers_.clear();
+    lost_workers_ = 0;
+    server_child_.clear();
+    restart_server_ = nullptr;
     const std::vector<SshHost> hosts = read_hostfile(f_.hostfile);
     const size_t processes = 1 + static_cast<size_t>(f_.servers) + static_cast<size_t>(f_.workers);
     const std::vector<size_t> at = place_round_robin(hosts, processes, f_.hostfile);
@@ -312,7 +309,7 @@ class Launch {
     const std::string cwd = std::filesystem::current_path(ec).string();
     if (ec) throw std::runtime_error("cannot read the current directory: " + ec.message());
     const std::string job_base = f_.job_dir.empty() ? cwd + "/.parafab" : std::filesystem::absolute(f_.job_dir).string();
-    shared_.emplace(job_base, token_);
+    if (!shared_) shared_.emplace(job_base, token_);  // a restart keeps the job's token
     const SshHost& first = hosts[0];
     const std::string bind = !f_.bind.empty() ? f_.bind : is_ip_address(first.address) ? first.address : "0.0.0.0";
     const std::string scheduler = fmt::format("{}:{}", first.address, f_.port);
@@ -371,7 +368,7 @@ class Launch {
     ssh.program = f_.ssh_program;
     if (f_.ssh_port != 0) ssh.port = static_cast<uint16_t>(f_.ssh_port);
     ssh.options = f_.ssh_options;
-    session_.emplace();
+    session_.emplace();  // a restart's processes get a session of their own
     // ProcessGroup gives every child /dev/null as stdin; a local shell moves
     // the inherited read end of the session pipe there before exec'ing ssh.
     const std::string fd = std::to_string(session_->read_fd());
@@ -386,6 +383,7 @@ class Launch {
       std::vector<std::string> e = env;
       e.push_back("PARAFAB_ROLE=" + role);
       e.push_back(fmt::format("PARAFAB_RANK={}", rank));
+      if (resume && !is_scheduler && !is_server) e.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoints.dir);
       std::vector<std::string> n = node;
       if (recover) n.insert(n.begin() + static_cast<std::ptrdiff_t>(node_options_end), "--recover");
       std::vector<std::string> argv = {"/bin/sh", "-c", to_stdin, "parafab-ssh"};
@@ -698,8 +696,8 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
                        "on storage every host sees); train --resume DIR starts a job from them");
   cmd->add_option("--restart-failed", f->restart_failed,
                   "Up to N times, when a server or the scheduler dies, start the whole job again from the newest "
-                  "complete checkpoint set in --checkpoint-dir (local jobs); with --server-rejoin-timeout, start "
-                  "only a dead server again, under its rank (local jobs and --hostfile)")
+                  "complete checkpoint set in --checkpoint-dir (under --hostfile on the same hosts); with "
+                  "--server-rejoin-timeout, start only a dead server again, under its rank")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--grace", f->grace_s, "Seconds between SIGTERM and SIGKILL when stopping the job")

@@ -261,16 +261,12 @@ TEST(LaunchHostfile, BadFlagsAndHostfilesExitTwo) {
   r = run_parafab({"launch", "--hostfile", hosts, "--env", "PARAFAB_SURELY_UNSET_X", "--", "true"}, 30s);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--env PARAFAB_SURELY_UNSET_X")) << r.out;
-  // Over ssh launch restarts dead servers (they rejoin), not whole jobs.
-  r = run_parafab({"launch", "--hostfile", hosts, "--checkpoint-dir", dir.file("ck"), "--restart-failed", "1", "--",
-                   "true"},
-                  30s);
-  EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_TRUE(contains(r.out, "--restart-failed under --hostfile restarts dead servers only: give "
-                              "--server-rejoin-timeout too")) << r.out;
   r = run_parafab({"launch", "--hostfile", hosts, "--server-rejoin-timeout", "30", "--", "true"}, 30s);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--server-rejoin-timeout needs --checkpoint-dir")) << r.out;
+  r = run_parafab({"launch", "--hostfile", hosts, "--restart-failed", "1", "--", "true"}, 30s);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--restart-failed needs --checkpoint-dir")) << r.out;
 }
 
 // ---------------------------------------------------------------- real sshd

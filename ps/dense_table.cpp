@@ -76,7 +76,9 @@ PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grad
   check_range("push", first_row, rows);
   PushResult result;
   if (rows == 0) return result;
-  std::vector<float> row(width_);
+  // Scratch copies of a row's value and state: the update is computed into
+  // them in one pass and written back only when applied.
+  std::vector<float> row(width_), row_state(state_floats_);
   std::lock_guard<std::mutex> lock(writer_);
   const uint64_t v = version_->load(std::memory_order_relaxed);
   version_->store(v + 1, std::memory_order_relaxed);
@@ -87,13 +89,17 @@ PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grad
     const float* grad = grads + r * width_;
     // Only this thread writes the values (under writer_), so its plain reads
     // race with nothing; the stores below stay atomic for try_read's loads.
+    float* state = state_.data() + local * state_floats_;
     std::memcpy(row.data(), value, width_ * sizeof(float));
-    if (apply_update(schema_.updater, row.data(), state_.data() + local * state_floats_, grad, width_) !=
-        UpdateStatus::kApplied) {
+    if (state_floats_ > 0) std::memcpy(row_state.data(), state, state_floats_ * sizeof(float));
+    if (apply_update_to_copy(schema_.updater, row.data(), row_state.data(), grad, width_) != UpdateStatus::kApplied) {
       ++result.refused_non_finite;
       continue;
     }
-    for (size_t i = 0; i < width_; ++i) std::atomic_ref<float>(value[i]).store(row[i], std::memory_order_relaxed);
+    if (state_floats_ > 0) std::memcpy(state, row_state.data(), state_floats_ * sizeof(float));
+    // (width in a local: the atomic stores would make the compiler reload the member each time)
+    const float* src = row.data();
+    for (size_t i = 0, n = width_; i < n; ++i) std::atomic_ref<float>(value[i]).store(src[i], std::memory_order_relaxed);
     ++result.applied;
   }
   version_->store(v + 2, std::memory_order_release);  // pairs with try_read's acquire load of v1

@@ -153,6 +153,19 @@ bool all_finite(const float* x, size_t n) {
   return bad == 0;
 }
 
+UpdateStatus apply_update_to_copy(const UpdaterConfig& config, float* value, float* state, const float* grad,
+                                  size_t width) {
+  if (!all_finite(grad, width)) return UpdateStatus::kNonFiniteGradient;
+  switch (config.kind) {
+    case UpdaterKind::kSgd: (void)updaters::sgd_step(config, value, grad, width, true); break;
+    case UpdaterKind::kAdaGrad: (void)updaters::adagrad_step(config, value, state, grad, width, true); break;
+    case UpdaterKind::kFtrl: (void)updaters::ftrl_step(config, value, state, grad, width, true); break;
+    case UpdaterKind::kAdam: (void)updaters::adam_step(config, value, state, grad, width, true); break;
+  }
+  const bool finite = all_finite(value, width) && all_finite(state, state_floats_per_key(config.kind, width));
+  return finite ? UpdateStatus::kApplied : UpdateStatus::kNonFiniteResult;
+}
+
 UpdateStatus apply_update(const UpdaterConfig& config, float* value, float* state, const float* grad,
                           size_t width) {
   if (!all_finite(grad, width)) return UpdateStatus::kNonFiniteGradient;

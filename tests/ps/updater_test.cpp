@@ -485,6 +485,39 @@ TEST_P(UpdaterRefusalTest, OverflowingResultIsRefusedAndChangesNothing) {
   EXPECT_TRUE(all_finite(state.data(), state.size()));
 }
 
+// apply_update_to_copy (DenseTable's one-pass update of a scratch row)
+// against apply_update on random rows and steps: the same status, and when
+// applied the same bits; the refusals of both tests above too.
+TEST_P(UpdaterRefusalTest, ToCopyMatchesApplyUpdateBitForBit) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> g(-3.0f, 3.0f);
+  auto value = value_, state = state_;
+  for (int step = 0; step < 50; ++step) {
+    std::vector<float> grad(kWidth);
+    for (float& x : grad) x = g(rng);
+    auto v_copy = value, s_copy = state;
+    const UpdateStatus want = apply_update(c_, value.data(), state.data(), grad.data(), kWidth);
+    ASSERT_EQ(apply_update_to_copy(c_, v_copy.data(), s_copy.data(), grad.data(), kWidth), want) << "step " << step;
+    ASSERT_EQ(want, UpdateStatus::kApplied);
+    EXPECT_EQ(std::memcmp(v_copy.data(), value.data(), kWidth * sizeof(float)), 0) << "step " << step;
+    if (!state.empty()) {
+      EXPECT_EQ(std::memcmp(s_copy.data(), state.data(), state.size() * sizeof(float)), 0) << "step " << step;
+    }
+  }
+  std::vector<float> nan_grad(kWidth, 0.25f);
+  nan_grad[3] = std::numeric_limits<float>::quiet_NaN();
+  auto v_copy = value, s_copy = state;
+  EXPECT_EQ(apply_update_to_copy(c_, v_copy.data(), s_copy.data(), nan_grad.data(), kWidth),
+            UpdateStatus::kNonFiniteGradient);
+  auto c = c_;
+  if (c.kind == UpdaterKind::kSgd) c.learning_rate = 1e10f;
+  std::vector<float> huge(kWidth, 0.25f);
+  huge[kWidth - 1] = c.kind == UpdaterKind::kSgd ? 1e30f : 3e30f;
+  v_copy = value;
+  s_copy = state;
+  EXPECT_EQ(apply_update_to_copy(c, v_copy.data(), s_copy.data(), huge.data(), kWidth), UpdateStatus::kNonFiniteResult);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, UpdaterRefusalTest,
                          ::testing::Values(UpdaterKind::kSgd, UpdaterKind::kAdaGrad, UpdaterKind::kFtrl,
                                            UpdaterKind::kAdam),

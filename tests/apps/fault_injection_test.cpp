@@ -99,6 +99,70 @@ bool wait_until(ChildProcess& p, const std::function<bool()>& ready, std::chrono
   return false;
 }
 
+// Scheduler, servers and workers each in a network namespace of its own
+// (10.211.0.10 ... .14 on one bridge), started by launch --hostfile through
+// an ssh stand-in that runs the command in the host's namespace. Placement
+// is round-robin in file order: scheduler on host 0, servers 0 and 1 on
+// hosts 1 and 2, workers on hosts 3 and 4.
+class LanJob {
+ public:
+  // Its files are `prefix`-hosts, -ssh, -job and -ck. Null (and `why`)
+  // without the rights to make network namespaces.
+  static std::unique_ptr<LanJob> make(const std::string& prefix, std::string& why) {
+    try {
+      return std::unique_ptr<LanJob>(new LanJob(prefix));
+    } catch (const testing::NetnsUnavailable& e) {
+      why = e.what();
+      return nullptr;
+    }
+  }
+  std::vector<std::string> launch_args(const std::vector<std::string>& extra,
+                                       const std::vector<std::string>& worker) const {
+    std::vector<std::string> a = {kBin, "launch", "--hostfile", hosts_, "--ssh", ssh_, "--iface", "veth0",
+                                  "--job-dir", prefix_ + "-job", "--servers", "2",
+                                  "--workers", "2", "--consistency", "ssp:2", "--heartbeat-timeout", "2",
+                                  "--timeout", "150", "--checkpoint-dir", checkpoint_dir(), "--checkpoint-clocks",
+                                  "20"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.push_back("--");
+    a.insert(a.end(), worker.begin(), worker.end());
+    return a;
+  }
+  std::string checkpoint_dir() const { return prefix_ + "-ck"; }
+  // Cuts server 1's link (host 2) for three heartbeat timeouts, then restores it.
+  void cut_server_1(ChildProcess& launch) {
+    lan_.set_link(2, false);
+    wait_until(launch, [] { return false; }, 6s);
+    lan_.set_link(2, true);
+  }
+  // Every node was on its own address: the fabric endpoints (fi_getname) on theirs.
+  static void expect_own_addresses(const std::string& out) {
+    for (const auto& [node, host] : {std::pair<std::string, int>{"server 0", 1}, {"server 1", 2}, {"worker 0", 3},
+                                     {"worker 1", 4}}) {
+      const std::string at = testing::NetnsLan::address(host);
+      EXPECT_TRUE(std::regex_search(out, std::regex(node + R"( \(rank \d+\) joined job .* at \S*)" +
+                                                        std::regex_replace(at, std::regex(R"(\.)"), R"(\.)"))))
+          << node << " not at " << at << "\n" << out;
+    }
+  }
+
+ private:
+  explicit LanJob(const std::string& prefix) : lan_(5), prefix_(prefix), hosts_(prefix + "-hosts"), ssh_(prefix + "-ssh") {
+    std::ofstream h(hosts_);
+    for (int i = 0; i < 5; ++i) h << testing::NetnsLan::address(i) << " slots=1\n";
+    std::ofstream s(ssh_);
+    // launch runs `SSH [options] HOST COMMAND`; run COMMAND in HOST's namespace.
+    s << "#!/bin/sh\neval host=\\${$(($# - 1))}\neval command=\\${$#}\ncase \"$host\" in\n";
+    for (int i = 0; i < 5; ++i) s << "  " << testing::NetnsLan::address(i) << ") ns=" << lan_.host_ns(i) << " ;;\n";
+    s << "  *) echo \"lan-ssh: unknown host $host\" >&2; exit 255 ;;\nesac\n"
+      << "exec ip netns exec \"$ns\" /bin/sh -c \"$command\"\n";
+    s.close();
+    std::filesystem::permissions(ssh_, std::filesystem::perms::owner_all);
+  }
+  testing::NetnsLan lan_;
+  std::string prefix_, hosts_, ssh_;
+};
+
 class FaultInjection : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -165,6 +229,25 @@ class FaultInjection : public ::testing::Test {
   }
   static void finish(ChildProcess& p) {
     ASSERT_TRUE(benchmarks::wait_for_exit({&p}, ChildProcess::Clock::now() + 170s)) << p.output();
+  }
+  // Runs `lan`'s job (launch flags `extra`), cuts server 1's link once it
+  // has a checkpoint, and returns the job's output once it ended, after
+  // checking that it exited 0 and that the scheduler named server 1 dead.
+  static std::string cut_server_1_mid_training(LanJob& lan, const std::vector<std::string>& extra) {
+    ChildProcess p(lan.launch_args(extra, worker_args()), {"FI_TCP_IFACE=veth0"});
+    const std::string first = lan.checkpoint_dir() + "/server-1-of-2.ckpt";
+    if (!wait_until(p, [&] { return std::filesystem::exists(first); }, 90s)) {
+      ADD_FAILURE() << "no checkpoint of server 1\n" << p.output();
+      return "";
+    }
+    ++tally.injected;
+    lan.cut_server_1(p);
+    finish(p);
+    const std::string out = p.output();
+    EXPECT_EQ(p.exit_code(), 0) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex(R"(scheduler: server 1 \(rank \d+, host [^)]*\) is dead: no heartbeat)")))
+        << out;
+    return out;
   }
   static void expect_close_to_reference(const std::string& out) {
     const double loss = held_out(out);
@@ -520,70 +603,6 @@ TEST_F(FaultInjection, CorruptCheckpointIsPassedOverOrRefusedWithItsPath) {
   ++tally.survived;  // the damage was found, and refused with the file's name
 }
 
-// Scheduler, servers and workers each in a network namespace of its own
-// (10.211.0.10 ... .14 on one bridge), started by launch --hostfile through
-// an ssh stand-in that runs the command in the host's namespace. Placement
-// is round-robin in file order: scheduler on host 0, servers 0 and 1 on
-// hosts 1 and 2, workers on hosts 3 and 4.
-class LanJob {
- public:
-  // Its files are `prefix`-hosts, -ssh, -job and -ck. Null (and `why`)
-  // without the rights to make network namespaces.
-  static std::unique_ptr<LanJob> make(const std::string& prefix, std::string& why) {
-    try {
-      return std::unique_ptr<LanJob>(new LanJob(prefix));
-    } catch (const testing::NetnsUnavailable& e) {
-      why = e.what();
-      return nullptr;
-    }
-  }
-  std::vector<std::string> launch_args(const std::vector<std::string>& extra,
-                                       const std::vector<std::string>& worker) const {
-    std::vector<std::string> a = {kBin, "launch", "--hostfile", hosts_, "--ssh", ssh_, "--iface", "veth0",
-                                  "--job-dir", prefix_ + "-job", "--servers", "2",
-                                  "--workers", "2", "--consistency", "ssp:2", "--heartbeat-timeout", "2",
-                                  "--timeout", "150", "--checkpoint-dir", checkpoint_dir(), "--checkpoint-clocks",
-                                  "20"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    a.push_back("--");
-    a.insert(a.end(), worker.begin(), worker.end());
-    return a;
-  }
-  std::string checkpoint_dir() const { return prefix_ + "-ck"; }
-  // Cuts server 1's link (host 2) for three heartbeat timeouts, then restores it.
-  void cut_server_1(ChildProcess& launch) {
-    lan_.set_link(2, false);
-    wait_until(launch, [] { return false; }, 6s);
-    lan_.set_link(2, true);
-  }
-  // Every node was on its own address: the fabric endpoints (fi_getname) on theirs.
-  static void expect_own_addresses(const std::string& out) {
-    for (const auto& [node, host] : {std::pair<std::string, int>{"server 0", 1}, {"server 1", 2}, {"worker 0", 3},
-                                     {"worker 1", 4}}) {
-      const std::string at = testing::NetnsLan::address(host);
-      EXPECT_TRUE(std::regex_search(out, std::regex(node + R"( \(rank \d+\) joined job .* at \S*)" +
-                                                        std::regex_replace(at, std::regex(R"(\.)"), R"(\.)"))))
-          << node << " not at " << at << "\n" << out;
-    }
-  }
-
- private:
-  explicit LanJob(const std::string& prefix) : lan_(5), prefix_(prefix), hosts_(prefix + "-hosts"), ssh_(prefix + "-ssh") {
-    std::ofstream h(hosts_);
-    for (int i = 0; i < 5; ++i) h << testing::NetnsLan::address(i) << " slots=1\n";
-    std::ofstream s(ssh_);
-    // launch runs `SSH [options] HOST COMMAND`; run COMMAND in HOST's namespace.
-    s << "#!/bin/sh\neval host=\\${$(($# - 1))}\neval command=\\${$#}\ncase \"$host\" in\n";
-    for (int i = 0; i < 5; ++i) s << "  " << testing::NetnsLan::address(i) << ") ns=" << lan_.host_ns(i) << " ;;\n";
-    s << "  *) echo \"lan-ssh: unknown host $host\" >&2; exit 255 ;;\nesac\n"
-      << "exec ip netns exec \"$ns\" /bin/sh -c \"$command\"\n";
-    s.close();
-    std::filesystem::permissions(ssh_, std::filesystem::perms::owner_all);
-  }
-  testing::NetnsLan lan_;
-  std::string prefix_, hosts_, ssh_;
-};
-
 // Server 1's link cut for longer than the heartbeat timeout: the scheduler
 // names it dead and the job stops; launch (--restart-failed) starts the
 // whole job again over ssh on the same hosts from its checkpoints (the
@@ -593,16 +612,7 @@ TEST_F(FaultInjection, CutLinkStopsTheJobNamingTheServerAndItRestarts) {
   std::string why;
   const std::unique_ptr<LanJob> lan = LanJob::make(file("lan"), why);
   if (!lan) GTEST_SKIP() << "no network namespaces: " << why;
-  ChildProcess p(lan->launch_args({"--restart-failed", "1"}, worker_args()), {"FI_TCP_IFACE=veth0"});
-  const std::string first = lan->checkpoint_dir() + "/server-1-of-2.ckpt";
-  ASSERT_TRUE(wait_until(p, [&] { return std::filesystem::exists(first); }, 90s)) << p.output();
-  ++tally.injected;
-  lan->cut_server_1(p);
-  finish(p);
-  const std::string& out = p.output();
-  EXPECT_EQ(p.exit_code(), 0) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex(R"(scheduler: server 1 \(rank \d+, host [^)]*\) is dead: no heartbeat)")))
-      << out;
+  const std::string out = cut_server_1_mid_training(*lan, {"--restart-failed", "1"});
   const size_t restart = out.find("restart 1 of 1: the whole job again");
   ASSERT_NE(restart, std::string::npos) << out;
   LanJob::expect_own_addresses(out.substr(0, restart));
@@ -624,17 +634,7 @@ TEST_F(FaultInjection, CutLinkServerRejoinsOverSshAndTheJobFinishes) {
   std::string why;
   const std::unique_ptr<LanJob> lan = LanJob::make(file("lan-rejoin"), why);
   if (!lan) GTEST_SKIP() << "no network namespaces: " << why;
-  ChildProcess p(lan->launch_args({"--server-rejoin-timeout", "60", "--restart-failed", "1"}, worker_args()),
-                 {"FI_TCP_IFACE=veth0"});
-  const std::string first = lan->checkpoint_dir() + "/server-1-of-2.ckpt";
-  ASSERT_TRUE(wait_until(p, [&] { return std::filesystem::exists(first); }, 90s)) << p.output();
-  ++tally.injected;
-  lan->cut_server_1(p);
-  finish(p);
-  const std::string& out = p.output();
-  EXPECT_EQ(p.exit_code(), 0) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex(R"(scheduler: server 1 \(rank \d+, host [^)]*\) is dead: no heartbeat)")))
-      << out;
+  const std::string out = cut_server_1_mid_training(*lan, {"--server-rejoin-timeout", "60", "--restart-failed", "1"});
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(launch: server 1 on \S+ \(pid \d+\) failed: .*; starting it )"
                                                 R"(again under its rank from its checkpoint)")))
       << out;

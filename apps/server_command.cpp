@@ -24,13 +24,23 @@ struct ServerFlags {
   bool recover = false;
 };
 
-// Loads this server's shard of the newest complete checkpoint set in `dir`.
-void restore_from(ps::Server& srv, const std::string& dir, uint32_t index, uint32_t servers) {
-  const ps::CheckpointSet set = ps::find_checkpoint_set(dir, servers);
-  for (const std::string& why : set.refused) std::fprintf(stderr, "server %u: passed over %s\n", index, why.c_str());
-  const std::string& path = set.paths.at(index);
+// Loads this server's shard of a checkpoint set: the one the scheduler
+// found for the job (the map's resume files and clock), or, with --recover
+// alone, the newest complete set in `dir`.
+void restore_from(ps::Server& srv, const ps::ClusterMap& map, const std::string& dir, uint32_t index) {
+  std::string path;
+  int64_t clock = 0;
+  if (!map.resume_paths.empty()) {
+    path = map.resume_paths.at(index);
+    clock = map.resume_clock;
+  } else {
+    const ps::CheckpointSet set = ps::find_checkpoint_set(dir, map.num_servers());
+    for (const std::string& why : set.refused) std::fprintf(stderr, "server %u: passed over %s\n", index, why.c_str());
+    path = set.paths.at(index);
+    clock = set.clock;
+  }
   const ps::ShardCheckpoint c = ps::read_checkpoint(path);
-  srv.restore(c, path, set.clock);
+  srv.restore(c, path, clock);
   size_t keys = 0;
   for (const auto& t : c.sparse) keys += t.keys.size();
   std::fprintf(stderr, "%s\n",
@@ -93,8 +103,8 @@ int run_server(ServerFlags f) {
     // to it, and learn what it holds of their pushes.
     node.client->rejoin_ready(ps::RestoredPushes{srv.last_push_ids(), srv.worker_bytes_pushed()});
   } else if (!node.map->resume_dir.empty() || f.recover) {
-    restore_from(srv, node.map->resume_dir.empty() ? f.checkpoints.dir : node.map->resume_dir, node.role_rank,
-                 node.map->num_servers());
+    restore_from(srv, *node.map, node.map->resume_dir.empty() ? f.checkpoints.dir : node.map->resume_dir,
+                 node.role_rank);
   }
   server = &srv;
   ready = true;

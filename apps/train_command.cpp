@@ -156,29 +156,20 @@ worker::AdoptedSource<Rows> adopted_parts_of(const ClusterNode& node, std::funct
 
 // train --resume DIR: the clock up to which the checkpoint set in DIR holds
 // every worker's iterations. This worker's clock continues from it and its
-// first batches are skipped; the servers load the set themselves (the
-// cluster map carries DIR). 0 without --resume.
+// first batches are skipped; the scheduler found the set (the cluster map
+// carries its clock and files) and the servers load it. 0 without --resume.
 uint64_t resume_clock(const std::string& dir, const ClusterNode& node, worker::KvClient& kv) {
   if (dir.empty()) return 0;
-  ps::CheckpointSet set;
-  try {
-    set = ps::find_checkpoint_set(dir, node.map->num_servers());
-    if (set.job_fingerprint != ps::checkpoint_fingerprint(node.map->tables)) {
-      throw ps::CheckpointError(set.paths.front() + ": written for other tables than this job's");
-    }
-  } catch (const ps::CheckpointError& e) {
-    // Said now: leaving the job (as the error unwinds) may get this process
-    // stopped before its error is printed.
-    std::fprintf(stderr, "worker %u: cannot resume: %s\n", node.role_rank, e.what());
-    throw;
+  if (node.map->resume_dir != dir || node.map->resume_paths.empty()) {
+    throw std::runtime_error("worker " + std::to_string(node.role_rank) + ": --resume " + dir +
+                             ", but the scheduler's map resumes from '" + node.map->resume_dir + "'");
   }
-  for (const std::string& why : set.refused) std::fprintf(stderr, "worker %u: passed over %s\n", node.role_rank, why.c_str());
-  kv.start_at_clock(set.clock);
+  const int64_t clock = node.map->resume_clock;
+  kv.start_at_clock(clock);
   std::fprintf(stderr, "%s\n",
-               fmt::format("worker {}: resuming from the checkpoint set in {} at clock {}", node.role_rank, dir,
-                           set.clock)
+               fmt::format("worker {}: resuming from the checkpoint set in {} at clock {}", node.role_rank, dir, clock)
                    .c_str());
-  return static_cast<uint64_t>(std::max<int64_t>(0, set.clock));
+  return static_cast<uint64_t>(std::max<int64_t>(0, clock));
 }
 
 // After the workers' last barrier: the worker that evaluates and saves, the

@@ -38,6 +38,11 @@ struct ClusterMap {
   // Where the servers load their shards from (a job resumed from its
   // checkpoint set, ps/checkpoint.h); empty: a fresh start.
   std::string resume_dir;
+  // With resume_dir: the set the scheduler found there (find_checkpoint_set,
+  // read and checked once for the job): its clock, where every worker's
+  // clock starts, and each server's file, by server index.
+  int64_t resume_clock = 0;
+  std::vector<std::string> resume_paths;
   // How long the scheduler waits for a dead server to come back under its
   // rank (0: it does not).
   std::chrono::milliseconds server_rejoin_timeout{0};

@@ -325,6 +325,8 @@ void to_proto(const ClusterMap& map, proto::ClusterMap* out) {
   for (const NodeInfo& w : map.workers) to_proto(w, out->add_workers());
   for (const TableSchema& t : map.tables) to_proto(t, out->add_tables());
   out->set_resume_dir(map.resume_dir);
+  out->set_resume_clock(map.resume_clock);
+  for (const std::string& p : map.resume_paths) out->add_resume_paths(p);
   out->set_server_rejoin_timeout_ms(static_cast<uint64_t>(map.server_rejoin_timeout.count()));
   out->set_rejoin(map.rejoin);
 }
@@ -366,6 +368,16 @@ ClusterMap from_proto(const proto::ClusterMap& m) {
   }
   check_size("cluster map: resume_dir", m.resume_dir().size(), 0, kMaxResumeDirBytes);
   map.resume_dir = m.resume_dir();
+  if (m.resume_clock() < 0) fail("cluster map: resume clock " + std::to_string(m.resume_clock()) + " is negative");
+  if (m.resume_paths_size() != (map.resume_dir.empty() ? 0 : m.servers_size())) {
+    fail("cluster map: " + std::to_string(m.resume_paths_size()) + " checkpoint files to resume from for " +
+         std::to_string(m.servers_size()) + " servers" + (map.resume_dir.empty() ? " and no resume directory" : ""));
+  }
+  map.resume_clock = m.resume_clock();
+  for (const std::string& p : m.resume_paths()) {
+    check_size("cluster map: resume path", p.size(), 1, kMaxResumeDirBytes + 64);
+    map.resume_paths.push_back(p);
+  }
   if (m.server_rejoin_timeout_ms() > kMaxRejoinTimeoutMs) {
     fail("cluster map: server rejoin timeout " + std::to_string(m.server_rejoin_timeout_ms()) + " ms is over " +
          std::to_string(kMaxRejoinTimeoutMs));

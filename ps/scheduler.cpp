@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "ps/checkpoint.h"
 #include "ps/control_channel.h"
 
 namespace parafab::ps {
@@ -439,6 +440,7 @@ struct Scheduler::Impl {
     map.tables = opt.tables;
     map.resume_dir = resume_dir;
     map.server_rejoin_timeout = opt.server_rejoin_timeout;
+    if (!resume_dir.empty() && !find_resume_set()) return;
     proto::Envelope m;
     to_proto(map, m.mutable_cluster_map());
     for (const auto& s : servers) s->channel->send(m);
@@ -447,6 +449,32 @@ struct Scheduler::Impl {
                  opt.num_servers, opt.num_workers);
     check_barriers();
     maybe_shutdown();
+  }
+
+  // The workers resume from resume_dir: the scheduler finds the checkpoint
+  // set there once for the job (every file's checksums checked; a damaged
+  // newest file passed over to the one before) and hands its clock and
+  // files out in the map, instead of every worker and server reading every
+  // file. False when there is none to use: the job stops, naming why.
+  bool find_resume_set() {
+    try {
+      const CheckpointSet set = find_checkpoint_set(resume_dir, opt.num_servers);
+      if (set.job_fingerprint != checkpoint_fingerprint(map.tables)) {
+        throw CheckpointError(set.paths.front() + ": written for other tables than this job's");
+      }
+      for (const std::string& why : set.refused) spdlog::warn("scheduler: passed over {}", why);
+      map.resume_clock = set.clock;
+      map.resume_paths = set.paths;
+      spdlog::info("scheduler: the job resumes from the checkpoint set in {} at clock {}", resume_dir, set.clock);
+    } catch (const CheckpointError& e) {
+      const std::string text = "cannot resume from " + resume_dir + ": " + e.what();
+      finish(make_error(proto::ERROR_CANNOT_RESUME, text), text, text);
+      return false;
+    }
+    // Reading the set took this thread from the nodes' heartbeats: their
+    // silence meanwhile was ours.
+    for (auto& [id, c] : conns) c->last_seen = Clock::now();
+    return true;
   }
 
   template <typename F>

@@ -147,7 +147,7 @@ struct SchedulerClient::Impl {
           joined = phase == Phase::kJoined;
         }
         if (!joined || m.error().code() == proto::ERROR_JOIN_TIMEOUT || m.error().code() == proto::ERROR_STOPPED ||
-            m.error().code() == proto::ERROR_NODE_FAILED) {
+            m.error().code() == proto::ERROR_NODE_FAILED || m.error().code() == proto::ERROR_CANNOT_RESUME) {
           fail("scheduler at " + address + ": " + text);
         } else {
           spdlog::warn("scheduler client: scheduler at {} reports an error: {}", address, text);

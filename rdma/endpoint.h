@@ -127,14 +127,18 @@ class Endpoint {
   // The peer came back as a new process (a restarted server under its old
   // rank): later sends go to `address`, messages from the old address are
   // dropped as a stranger's, and both directions' message order starts
-  // afresh. Operations still in flight to the old address end as they
-  // end (an error, or a timeout). Throws as add_peer, and for a peer never added.
+  // afresh. Operations still in flight with the old address fail now with
+  // kPeerError (their buffers, as after a timeout, may be touched by the
+  // provider until the endpoint closes). Throws as add_peer, and for a peer
+  // never added.
   void replace_peer(PeerId peer, std::span<const std::byte> address);
   // The peer is gone (the control plane declared it dead): new operations
   // to it fail at once with kPeerError and `reason`, and a post already
   // retrying on FI_EAGAIN stops with it, instead of waiting out the
-  // timeout. Operations already posted end as they end. replace_peer
-  // clears it. A peer never added is ignored.
+  // timeout. Operations already posted with it fail now too (their
+  // buffers, as after a timeout, may be touched by the provider until the
+  // endpoint closes). replace_peer clears it (and fails what was in flight
+  // with the old process the same way). A peer never added is ignored.
   void mark_peer_failed(PeerId peer, std::string reason);
   bool has_peer(PeerId peer) const;
 

@@ -185,6 +185,11 @@ struct Endpoint::Impl {
   // Moves the messages now in order out of `po` into `ready` (mu_ held).
   void drain_locked(PeerOrder& po, std::vector<Message>& ready);
   void sweep_deadlines();
+  // The operations in flight with `peer` (at `addr`, or at any address when
+  // FI_ADDR_UNSPEC) end now, failed with `why`: the peer's process is gone.
+  // As after a timeout, a send or RMA stays with the provider until its
+  // completion or the close; an inbound message's receives are cancelled.
+  void fail_ops_of(PeerId peer, fi_addr_t addr, const std::string& why);
   void repost(size_t slot);
   int enable_endpoint();
   // Addresses: throws FabricError naming `who` when the blob is not one of

@@ -273,6 +273,26 @@ void Endpoint::Impl::sweep_deadlines() {
   push_inbox(ready);
 }
 
+void Endpoint::Impl::fail_ops_of(PeerId peer, fi_addr_t addr, const std::string& why) {
+  std::vector<PostContext*> to_cancel;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [raw, op] : ops) {
+      if (op->kind == OpKind::kPoolBuffer || op->peer != peer || op->cancelled) continue;
+      if (addr != FI_ADDR_UNSPEC && op->peer_addr != addr) continue;
+      if (op->kind == OpKind::kInbound) {
+        op->cancelled = true;
+        for (auto& pc : op->contexts) to_cancel.push_back(&pc);
+      } else if (!op->promise_set) {
+        op->promise.set_value(Status(StatusCode::kPeerError, op->describe() + " to " + describe_peer_locked(peer) + ": " + why));
+        op->promise_set = true;
+        op->cancelled = true;
+      }
+    }
+  }
+  for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
+}
+
 int Endpoint::Impl::progress_step(bool may_block) {
   const int n = progress_once(may_block && has_wait);
   std::vector<size_t> retry;

@@ -373,12 +373,18 @@ void Endpoint::replace_peer(PeerId peer, std::span<const std::byte> address) {
     // A new process numbers its messages from 0, and expects ours from 0.
     m.order.erase(peer);
   }
+  // What was in flight with the old process will not be answered by it.
+  m.fail_ops_of(peer, old, "it was replaced by a new process at " + name);
   if (old != addr) (void)fi_av_remove(m.av.get(), &old, 1, 0);
 }
 
 void Endpoint::mark_peer_failed(PeerId peer, std::string reason) {
-  std::lock_guard lock(impl_->mu_);
-  if (impl_->peer_addrs.count(peer) != 0) impl_->failed_peers[peer] = std::move(reason);
+  {
+    std::lock_guard lock(impl_->mu_);
+    if (impl_->peer_addrs.count(peer) == 0) return;
+    impl_->failed_peers[peer] = reason;
+  }
+  impl_->fail_ops_of(peer, FI_ADDR_UNSPEC, reason);
 }
 
 bool Endpoint::has_peer(PeerId peer) const {

@@ -64,6 +64,8 @@ void check_map_round_trip(const proto::ClusterMap& wire) {
   ClusterMap map;
   if (refused([&] { map = from_proto(wire); })) return;
   check(map.num_servers() >= 1, "a cluster map without servers accepted");
+  check(map.resume_paths.size() == (map.resume_dir.empty() ? 0 : map.num_servers()) && map.resume_clock >= 0,
+        "a cluster map with a checkpoint file per server missing, or a negative resume clock, accepted");
   check(static_cast<int>(map.num_servers()) == wire.servers_size() &&
             static_cast<int>(map.num_workers()) == wire.workers_size(),
         "node counts changed");

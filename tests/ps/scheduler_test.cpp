@@ -7,13 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "ps/checkpoint.h"
+#include "ps/control_channel.h"
 #include "ps/scheduler_client.h"
+#include "tests/common/temp_dir.h"
 
 namespace parafab::ps {
 namespace {
@@ -322,6 +327,105 @@ TEST(SchedulerTest, WorkersBringTheTablesWhenTheSchedulerHasNone) {
     EXPECT_EQ(rest[0]->cluster_map().tables[0].width, 8u);
     EXPECT_EQ(rest[0]->cluster_map().tables[0].updater.kind, UpdaterKind::kFtrl);
   }
+}
+
+// Workers that resume (train --resume DIR) bring DIR; the scheduler finds
+// the checkpoint set there once, for the job, and the map carries its clock
+// and each server's file (a damaged newest one passed over to the one
+// before). Without a usable set every node is told why and the job stops.
+TEST(SchedulerTest, TheMapCarriesTheCheckpointSetTheWorkersResumeFrom) {
+  testing::TempDir dir;
+  const std::string d = dir.path().string();
+  ShardCheckpoint c;
+  c.num_servers = 2;
+  c.job_fingerprint = checkpoint_fingerprint(test_tables());
+  c.worker_clocks = {0};
+  c.last_push_ids = {0};
+  c.worker_bytes_pushed = {0};
+  auto write_at = [&](uint32_t server, int64_t clock) {
+    c.server_index = server;
+    c.min_clock = clock;
+    (void)write_checkpoint(checkpoint_path(d, server, 2), c);
+  };
+  auto resuming_job = [&] {
+    RunningScheduler sched(scheduler_options(2, 1, "tok"));
+    auto w = client_options(sched->port(), "tok", Role::kWorker, 0, 3);
+    w.resume_dir = d;
+    std::vector<std::unique_ptr<SchedulerClient>> clients;
+    for (auto o : {client_options(sched->port(), "tok", Role::kServer, 0, 1),
+                   client_options(sched->port(), "tok", Role::kServer, 1, 2), w}) {
+      clients.push_back(std::make_unique<SchedulerClient>(std::move(o)));
+    }
+    std::vector<std::future<ClusterMap>> joins;
+    for (auto& cl : clients) joins.push_back(std::async(std::launch::async, [&cl] { return cl->join(kWait); }));
+    std::vector<std::string> got;  // each node's map summary, or its error
+    for (auto& j : joins) {
+      EXPECT_EQ(j.wait_for(kWait * 2), std::future_status::ready);
+      try {
+        const ClusterMap m = j.get();
+        std::string paths;
+        for (const std::string& p : m.resume_paths) paths += " " + p;
+        got.push_back("clock " + std::to_string(m.resume_clock) + paths);
+      } catch (const std::runtime_error& e) {
+        got.push_back(e.what());
+      }
+    }
+    return got;
+  };
+  write_at(0, 10);
+  write_at(1, 10);
+  write_at(0, 20);  // server 0's clock 10 is now its .prev
+  const std::string newest0 = checkpoint_path(d, 0, 2), file1 = checkpoint_path(d, 1, 2);
+  for (const std::string& g : resuming_job()) EXPECT_EQ(g, "clock 10 " + newest0 + ".prev " + file1);
+  write_at(1, 20);
+  for (const std::string& g : resuming_job()) EXPECT_EQ(g, "clock 20 " + newest0 + " " + file1);
+  // Server 1's only file is damaged: no set, and every node says why.
+  std::filesystem::remove(file1 + ".prev");
+  {
+    std::fstream f(file1, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x55');
+  }
+  for (const std::string& g : resuming_job()) {
+    EXPECT_NE(g.find("cannot resume from " + d), std::string::npos) << g;
+    EXPECT_NE(g.find(file1), std::string::npos) << g;
+  }
+}
+
+// A map that names a resume directory must name one checkpoint file per
+// server, and a clock that is not negative; one without a directory none.
+TEST(SchedulerTest, AMapsResumeFilesMustMatchItsServers) {
+  ClusterMap m;
+  for (uint32_t i = 0; i < 2; ++i) {
+    m.servers.push_back(
+        NodeInfo{.role = Role::kServer, .rank = i, .role_rank = i, .host = "h", .fabric_address = random_blob(8, i)});
+  }
+  m.resume_dir = "/ck";
+  m.resume_clock = 7;
+  m.resume_paths = {"/ck/server-0-of-2.ckpt", "/ck/server-1-of-2.ckpt"};
+  proto::ClusterMap wire;
+  to_proto(m, &wire);
+  const ClusterMap back = from_proto(wire);
+  EXPECT_EQ(back.resume_clock, 7);
+  EXPECT_EQ(back.resume_paths, m.resume_paths);
+  auto refusal = [](const proto::ClusterMap& w) {
+    try {
+      (void)from_proto(w);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  proto::ClusterMap one_file = wire;
+  one_file.mutable_resume_paths()->RemoveLast();
+  EXPECT_NE(refusal(one_file).find("1 checkpoint files to resume from for 2 servers"), std::string::npos)
+      << refusal(one_file);
+  proto::ClusterMap no_dir = wire;
+  no_dir.clear_resume_dir();
+  EXPECT_NE(refusal(no_dir).find("and no resume directory"), std::string::npos) << refusal(no_dir);
+  proto::ClusterMap negative = wire;
+  negative.set_resume_clock(-1);
+  EXPECT_NE(refusal(negative).find("resume clock -1 is negative"), std::string::npos) << refusal(negative);
 }
 
 TEST(SchedulerTest, JoinTimeoutNamesTheMissingRoleAndCount) {

@@ -394,6 +394,7 @@ class Launch {
       if (is_server) server_child_[i] = static_cast<int>(rank);
       if (!is_scheduler && !is_server) workers_.push_back(i);
     };
+    const size_t first_child = group_.size();  // after a restart, the children of earlier attempts come first
     for (size_t g = 0; g < processes; ++g) start(g, hosts[at[g]], false);
     // A server started again later needs the session pipe's read end (its
     // ssh's stdin); else nothing more is started: close ours now.
@@ -406,7 +407,7 @@ class Launch {
       session_->close_read();
     }
     std::string started;
-    for (size_t i = 0; i < group_.size(); ++i) started += (i == 0 ? "" : ", ") + who(i);
+    for (size_t i = first_child; i < group_.size(); ++i) started += (i == first_child ? "" : ", ") + who(i);
     say(fmt::format("started {}", started));
     return supervise();
   }

@@ -84,13 +84,15 @@ void RejoinDispatcher::handle(const Notice& n) {
     }
   }
   // Dead again since this rejoin was queued: replace_peer lifted the mark.
-  std::string again;
+  bool dead_again = false;
+  std::string why;
   {
     std::lock_guard lock(queue_mu_);
     const Death& d = deaths_[n.node.rank];
-    if (d.count != n.deaths_then) again = d.reason;
+    dead_again = d.count != n.deaths_then;
+    why = d.reason;
   }
-  if (!again.empty()) endpoint_.mark_peer_failed(n.node.rank, failed_reason(again));
+  if (dead_again) endpoint_.mark_peer_failed(n.node.rank, failed_reason(why));
 }
 
 }  // namespace parafab::apps

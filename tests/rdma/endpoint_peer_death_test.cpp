@@ -142,6 +142,35 @@ TEST_P(PeerDeath, AcrossProcessesThenKilledMidTransferEveryOperationFailsWithinT
   EXPECT_LT(Clock::now() - t0, 3 * (kTimeout + std::chrono::seconds(3)));
 }
 
+// The control plane declares a killed peer dead (Endpoint::mark_peer_failed):
+// what was in flight with it fails at once with the reason, not at the
+// timeout (a worker's reply loop once waited the whole timeout on a send
+// posted to a server just before it was killed).
+TEST_P(PeerDeath, AKilledPeersOperationsInFlightFailWhenItIsDeclaredDead) {
+  constexpr auto kTimeout = std::chrono::seconds(120);
+  // Declared before the endpoint: the failed send stays with the provider
+  // until the endpoint closes, and its buffer with it.
+  const auto big = pattern(0, 2, 256u << 20);
+  EndpointOptions o = options_for(GetParam());
+  o.timeout = kTimeout;
+  Endpoint ep(o);
+  PeerProcess child(GetParam());
+  const std::string addr = child.read_line();
+  ASSERT_FALSE(child.read_line().empty());  // its region's key, unused here
+  ASSERT_FALSE(addr.empty()) << "the peer process printed no address";
+  ep.add_peer(1, from_hex(addr));
+  child.write_line(to_hex(ep.address()));
+  ASSERT_EQ(child.read_line(), "ready") << "the peer process did not add our address";
+  auto pending = ep.send(1, 6, big.data(), big.size());
+  child.kill_now();
+  const std::string reason = "declared dead by the test";
+  ep.mark_peer_failed(1, reason);
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "a send in flight to a peer declared dead waited for the " << kTimeout.count() << " s timeout";
+  const Status s = pending.get();
+  EXPECT_EQ(s.code(), StatusCode::kPeerError) << s.to_string();
+}
+
 INSTANTIATE_TEST_SUITE_P(RealProcess, PeerDeath, ::testing::Values("tcp;ofi_rxm", "shm"),
                          [](const auto& info) { return info.param == "shm" ? std::string("shm") : std::string("tcp_rxm"); });
 

@@ -447,13 +447,16 @@ class Launch {
 
     std::vector<std::string> server_argv = {self, "server", "--consistency", f_.consistency, "--join-timeout", join};
     for (const std::string& a : f_.checkpoints.server_args()) server_argv.push_back(a);
-    server_argv_ = server_argv;
-    server_env_ = env;
     server_child_.clear();
-    for (int i = 0; i < f_.servers; ++i) {
-      server_child_[group_.start(fmt::format("server {}", i), server_argv,
+    // Server i; `recover`: started again, it rejoins under its rank.
+    auto start_server = [this, server_argv, env](int i, bool recover) {
+      std::vector<std::string> argv = server_argv;
+      if (recover) argv.push_back("--recover");
+      server_child_[group_.start(fmt::format("server {}", i), argv,
                                  with(env, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", i)}))] = i;
-    }
+    };
+    for (int i = 0; i < f_.servers; ++i) start_server(i, false);
+    restart_server_ = [start_server](int rank) { start_server(rank, true); };
     std::vector<std::string> worker_env = env;
     if (resume) worker_env.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoints.dir);
     for (int j = 0; j < f_.workers; ++j) {
@@ -574,16 +577,7 @@ class Launch {
           say(fmt::format("{} failed: {}; starting it again under its rank from its checkpoint (server restart {} of "
                           "{}); the job goes on",
                           who(i), end_of(i), server_restarts_, f_.restart_failed));
-          const int rank = s->second;
-          if (restart_server_) {
-            restart_server_(rank);  // over ssh, on its host
-          } else {
-            std::vector<std::string> argv = server_argv_;
-            argv.push_back("--recover");
-            server_child_[group_.start(fmt::format("server {}", rank), argv,
-                                       with(server_env_, {"PARAFAB_ROLE=server", fmt::format("PARAFAB_RANK={}", rank)}))] =
-                rank;
-          }
+          restart_server_(s->second);
           continue;
         }
         say(fmt::format("{} failed: {}", who(i), end_of(i)));
@@ -639,10 +633,8 @@ class Launch {
 
   LaunchFlags f_;
   int lost_workers_ = 0;  // workers that failed under --on-worker-failure continue
-  // Servers, to start one again under its rank (--server-rejoin-timeout with
-  // --restart-failed): locally from server_argv_ and server_env_, over ssh
-  // by restart_server_ (on the server's host).
-  std::vector<std::string> server_argv_, server_env_;
+  // Starts a dead server again under its rank (--server-rejoin-timeout with
+  // --restart-failed): locally, or over ssh on its host.
   std::function<void(int rank)> restart_server_;
   std::map<size_t, int> server_child_;  // child index -> server rank
   int server_restarts_ = 0;

@@ -190,6 +190,11 @@ struct Endpoint::Impl {
   // As after a timeout, a send or RMA stays with the provider until its
   // completion or the close; an inbound message's receives are cancelled.
   void fail_ops_of(PeerId peer, fi_addr_t addr, const std::string& why);
+  // Ends `op` before its completions (mu_ held), for a timeout or a gone
+  // peer: an inbound message's receives go to `to_cancel` (for fi_cancel
+  // once the lock is let go); a send's or RMA's future gets `code` and
+  // "<op> to <peer>" + why. False when it had ended already.
+  bool end_early_locked(Operation& op, StatusCode code, const std::string& why, std::vector<PostContext*>& to_cancel);
   void repost(size_t slot);
   int enable_endpoint();
   // Addresses: throws FabricError naming `who` when the blob is not one of

@@ -238,23 +238,11 @@ void Endpoint::Impl::sweep_deadlines() {
   {
     std::lock_guard lock(mu_);
     for (auto& [raw, op] : ops) {
-      if (now < op->deadline || op->cancelled) continue;
-      if (op->kind == OpKind::kInbound) {
-        op->cancelled = true;
-        ++stats.timed_out;
-        for (auto& pc : op->contexts) to_cancel.push_back(&pc);
-      } else if (!op->promise_set) {
-        ++stats.timed_out;
-        op->promise.set_value(Status(StatusCode::kTimedOut,
-                                     op->describe() + " to " + describe_peer_locked(op->peer) + " did not complete within " +
-                                         std::to_string(options.timeout.count()) + " ms"));
-        op->promise_set = true;
-        op->cancelled = true;
-      }
+      if (now < op->deadline) continue;
+      const std::string why = " did not complete within " + std::to_string(options.timeout.count()) + " ms";
+      if (end_early_locked(*op, StatusCode::kTimedOut, why, to_cancel)) ++stats.timed_out;
     }
   }
-  // Receives can be cancelled; their FI_ECANCELED completions then finish
-  // the operation. Sends and RMA stay until their completion or the close.
   for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
 
   // A message that never came (its sender failed to post it) must not hold
@@ -273,21 +261,32 @@ void Endpoint::Impl::sweep_deadlines() {
   push_inbox(ready);
 }
 
+bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std::string& why,
+                                      std::vector<PostContext*>& to_cancel) {
+  if (op.cancelled) return false;
+  if (op.kind == OpKind::kInbound) {
+    // Receives can be cancelled; their FI_ECANCELED completions then
+    // finish the operation.
+    op.cancelled = true;
+    for (auto& pc : op.contexts) to_cancel.push_back(&pc);
+    return true;
+  }
+  if (op.promise_set) return false;
+  // Sends and RMA stay until their completion or the close.
+  op.promise.set_value(Status(code, op.describe() + " to " + describe_peer_locked(op.peer) + why));
+  op.promise_set = true;
+  op.cancelled = true;
+  return true;
+}
+
 void Endpoint::Impl::fail_ops_of(PeerId peer, fi_addr_t addr, const std::string& why) {
   std::vector<PostContext*> to_cancel;
   {
     std::lock_guard lock(mu_);
     for (auto& [raw, op] : ops) {
-      if (op->kind == OpKind::kPoolBuffer || op->peer != peer || op->cancelled) continue;
+      if (op->kind == OpKind::kPoolBuffer || op->peer != peer) continue;
       if (addr != FI_ADDR_UNSPEC && op->peer_addr != addr) continue;
-      if (op->kind == OpKind::kInbound) {
-        op->cancelled = true;
-        for (auto& pc : op->contexts) to_cancel.push_back(&pc);
-      } else if (!op->promise_set) {
-        op->promise.set_value(Status(StatusCode::kPeerError, op->describe() + " to " + describe_peer_locked(peer) + ": " + why));
-        op->promise_set = true;
-        op->cancelled = true;
-      }
+      (void)end_early_locked(*op, StatusCode::kPeerError, ": " + why, to_cancel);
     }
   }
   for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);

@@ -81,11 +81,6 @@ KvClient::~KvClient() {
       if (s.done.valid()) (void)endpoint_.wait(s.done);
     }
   }
-  for (auto& p : lingering_) {
-    for (auto& s : p->sends) {
-      if (s.done.valid()) (void)endpoint_.wait(s.done);  // the transport lets go of the buffer
-    }
-  }
 }
 
 KvClientStats KvClient::stats() const {
@@ -162,25 +157,15 @@ void KvClient::finish(std::unique_ptr<Pending> done) {
     }
   }
   // The sends completed before their replies could arrive, but collect
-  // their status (and keep the buffers until then). A send to a server's
-  // old process is superseded by the resend; it may not complete before
-  // the transport's timeout, so it is left to sweep().
-  bool lingers = false;
+  // their status (and keep the buffers until then).
   for (auto& send : done->sends) {
     if (!send.done.valid()) continue;  // sweep() already collected it
-    const bool superseded = send.epoch != epoch_of(send.server);
-    if (superseded && send.done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-      lingers = true;
-      continue;
-    }
     const rdma::Status s = endpoint_.wait(send.done);
-    if (!s.ok() && done->error.ok() && !superseded) done->error = s;
+    // A send to a server's old process is superseded by the resend (and
+    // ready: replace_peer ended it, server_rejoined).
+    if (!s.ok() && done->error.ok() && send.epoch == epoch_of(send.server)) done->error = s;
   }
   done->promise.set_value(done->error);
-  if (lingers) {
-    std::lock_guard lock(mu_);
-    lingering_.push_back(std::move(done));
-  }
 }
 
 // Builds one message per server straight from the caller's arrays: the
@@ -535,12 +520,6 @@ void KvClient::sweep() {
   const auto now = Clock::now();
   {
     std::lock_guard lock(mu_);
-    // Answered requests whose sends to a server's old process are done now.
-    std::erase_if(lingering_, [](const std::unique_ptr<Pending>& p) {
-      return std::all_of(p->sends.begin(), p->sends.end(), [](const Pending::Send& s) {
-        return !s.done.valid() || s.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-      });
-    });
     for (auto it = pending_.begin(); it != pending_.end();) {
       Pending& p = *it->second;
       if (p.posting) {  // start() still owns it

@@ -138,12 +138,6 @@ class KvClient {
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
-  // Requests answered (by a server's new process) whose send to its old
-  // process has not completed: the transport may hold such a send until
-  // its timeout, so it is collected by sweep(), not waited for on the
-  // receive loop (which would stop every reply meanwhile), and the request
-  // keeps its buffers until then.
-  std::vector<std::unique_ptr<Pending>> lingering_;
   KvClientStats stats_;
   // By server rank: gradient bytes of pushes it acknowledged (every life of
   // it), and of those, lost in its rejoins so far (stats() sums them).

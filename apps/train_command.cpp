@@ -117,6 +117,24 @@ worker::SlotMap partition_slot_map(int hash_bits) {
 }
 
 // The job's live workers (their indices), from the scheduler's notices of death.
+// --batch-size is the job's minibatch per clock, every model: W workers
+// take 1/W of it each, so one clock of W workers moves the model as one
+// batch of the single process does; under BSP the servers apply the round's
+// pushes as one step (ps/merged_rounds.h). (Measured, dnn on 1M Criteo rows
+// at 2 x 2: 256 rows a worker ended 1.8% above one process's held-out loss,
+// 128 a worker 0.5%; lr/svm with a whole batch a worker at 3 workers under
+// BSP 1.1% above, the round being three batches in one step.)
+uint64_t job_batch_rows(const TrainFlags& flags) {
+  return flags.batch_option != nullptr && flags.batch_option->count() > 0 ? flags.opt.batch_rows : 256;
+}
+uint64_t worker_batch_rows(const TrainFlags& flags, uint32_t workers) {
+  return std::max<uint64_t>(1, (job_batch_rows(flags) + workers - 1) / workers);
+}
+std::string batch_text(const TrainFlags& flags, uint32_t workers) {
+  return workers > 1 ? fmt::format("{} ({} for the job)", worker_batch_rows(flags, workers), job_batch_rows(flags))
+                     : std::to_string(worker_batch_rows(flags, workers));
+}
+
 worker::LiveWorkers live_workers_of(const ClusterNode& node) {
   return [&node] {
     const std::vector<uint32_t> dead = node.client->dead_ranks();
@@ -357,7 +375,7 @@ int run_distributed_train(TrainFlags flags) {
   dopt.skip_clocks = resume_clock(flags.resume, node, kv);
   dopt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
   dopt.epochs = opt.epochs;
-  dopt.batch_rows = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
+  dopt.batch_rows = worker_batch_rows(flags, node.map->num_workers());
   dopt.l2 = opt.l2;
   dopt.seed = opt.seed;
   dopt.shuffle = opt.shuffle;
@@ -390,7 +408,7 @@ int run_distributed_train(TrainFlags flags) {
                fmt::format("parafab train: worker {} of {}: model {}, table 0 {} on {} servers, batch {}, epochs {}, "
                            "pull-ahead {}, {}, backend {}",
                            w, workers, flags.model, ps::to_string(held.updater), node.map->num_servers(),
-                           dopt.batch_rows, dopt.epochs, dopt.pull_ahead ? "on" : "off",
+                           batch_text(flags, workers), dopt.epochs, dopt.pull_ahead ? "on" : "off",
                            flags.partition ? "its part of --train" : "its batches of all of --train",
                            kernels::backend_description())
                    .c_str());
@@ -558,12 +576,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   }
   worker::ModelTrainOptions mo;
   mo.epochs = opt.epochs;
-  // --batch-size is the job's minibatch per clock: W workers take 1/W of it
-  // each, so one clock of W workers moves the model as one batch of the
-  // single process does. (Measured, dnn on 1M Criteo rows at 2 x 2: 256 rows
-  // a worker ended 1.8% above one process's held-out loss, 128 a worker 0.5%.)
-  const uint64_t job_batch = flags.batch_option != nullptr && flags.batch_option->count() > 0 ? opt.batch_rows : 256;
-  mo.batch_rows = std::max<uint64_t>(1, (job_batch + workers - 1) / workers);
+  mo.batch_rows = worker_batch_rows(flags, workers);
   mo.l2 = flags.model == "fm" ? opt.l2 : 0.0f;  // FTRL has its own L2
   mo.seed = opt.seed;
   mo.shuffle = opt.shuffle;
@@ -588,8 +601,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                            distributed ? fmt::format("worker {} of {}", w, workers) : std::string("one process"),
                            distributed ? fmt::format(" on {} servers", node->map->num_servers()) : std::string(),
                            spec.describe(), spec.hyper.sparse_lr, flags.model == "dnn" ? fmt::format(", MLP Adam {}", flags.dense_lr) : "",
-                           workers > 1 ? fmt::format("{} ({} for the job)", mo.batch_rows, job_batch)
-                                       : std::to_string(mo.batch_rows),
+                           batch_text(flags, workers),
                            mo.epochs,
                            distributed ? fmt::format("pull-ahead {}, staleness-aware {}", mo.pull_ahead ? "on" : "off",
                                                      mo.staleness_aware ? "on" : "off")
@@ -750,9 +762,8 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                   "McMahan et al. 2013; trained by minibatches, saved as an fm/dnn-format model)")
       ->check(CLI::IsMember({"adagrad", "sgd", "ftrl"}))->capture_default_str();
   flags->batch_option = cmd->add_option("--batch-size", flags->opt.batch_rows,
-                                        "Rows per Hogwild batch (lr/svm distributed: rows per pull/push/clock of a "
-                                        "worker, default 256; fm, dnn: rows per clock of the whole job, split among "
-                                        "its workers, default 256)")
+                                        "Rows per minibatch (lr/svm in one process: per Hogwild batch); in a job, "
+                                        "rows per clock of the whole job, split among its workers (default 256)")
                             ->check(CLI::PositiveNumber)
                             ->capture_default_str();
   cmd->add_option("--hash-bits", flags->hash_bits,

@@ -132,6 +132,9 @@ class KvJob {
     }
     ps::ServerOptions so;
     so.poll = std::chrono::milliseconds(5);
+    // No clocks here: each push is applied as it arrives (BSP would hold a
+    // round's pushes of several workers until they tick).
+    so.consistency = ps::ConsistencyModel::parse("asp");
     for (uint32_t s = 0; s < o.servers; ++s) servers_.push_back(std::make_unique<ps::Server>(*eps_[s], map_, s, so));
     worker::KvClientOptions ko;
     ko.timeout = o.timeout;

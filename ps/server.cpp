@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 namespace parafab::ps {
 namespace {
@@ -29,7 +30,8 @@ Server::Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_
       range_(map.partition().range(server_index)),
       clocks_(map.num_workers()),
       last_push_id_(map.num_workers(), 0),
-      worker_bytes_pushed_(map.num_workers(), 0) {
+      worker_bytes_pushed_(map.num_workers(), 0),
+      merge_rounds_(options.consistency.kind == ConsistencyModel::Kind::kBsp && map.num_workers() > 1) {
   for (const TableSchema& t : map.tables) {
     t.validate();
     if (t.kind == TableKind::kSparse) {
@@ -72,6 +74,7 @@ void Server::serve(const std::atomic<bool>& stop) {
     checkpoint_if_due();
   }
   reap_replies(true);
+  apply_rounds_before(std::numeric_limits<int64_t>::max(), /*early=*/true);
   if (!options_.checkpoint_path.empty()) write_checkpoint_now();
 }
 
@@ -87,6 +90,10 @@ void Server::checkpoint_if_due() {
 
 void Server::write_checkpoint_now() {
   const auto t0 = std::chrono::steady_clock::now();
+  // Every push answered is in the checkpoint (what a crash loses stays
+  // "the updates since the last checkpoint"), so rounds not yet ended go
+  // in as they stand.
+  apply_rounds_before(std::numeric_limits<int64_t>::max(), /*early=*/true);
   ShardCheckpoint c = checkpoint();
   stats_.checkpoint_bytes = write_checkpoint(options_.checkpoint_path, c);
   ++stats_.checkpoints;
@@ -305,22 +312,28 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
   }
   switch (h.op) {
     case Op::kPush: {
-      const PushResult r = sparse_.at(h.table)->push(d.keys, d.values.data());
+      if (merge_rounds_) {
+        rounds_.add_sparse(h.clock, worker, h.table, d.keys, d.values.data(), map_.table(h.table).width);
+      } else {
+        stats_.refused_non_finite += sparse_.at(h.table)->push(d.keys, d.values.data()).refused_non_finite;
+      }
       ++stats_.pushes;
       stats_.keys_pushed += d.keys.size();
       stats_.bytes_pushed += d.values.size() * sizeof(float);
       worker_bytes_pushed_[worker] += d.values.size() * sizeof(float);
-      stats_.refused_non_finite += r.refused_non_finite;
       reply_header(message.from, h, Op::kPushReply);
       return;
     }
     case Op::kDensePush: {
-      const PushResult r = dense_.at(h.table)->push(d.keys[0], d.keys[1], d.values.data());
+      if (merge_rounds_) {
+        rounds_.add_dense(h.clock, worker, h.table, d.keys[0], d.keys[1], d.values.data(), map_.table(h.table).width);
+      } else {
+        stats_.refused_non_finite += dense_.at(h.table)->push(d.keys[0], d.keys[1], d.values.data()).refused_non_finite;
+      }
       ++stats_.pushes;
       stats_.keys_pushed += d.keys[1];
       stats_.bytes_pushed += d.values.size() * sizeof(float);
       worker_bytes_pushed_[worker] += d.values.size() * sizeof(float);
-      stats_.refused_non_finite += r.refused_non_finite;
       reply_header(message.from, h, Op::kDensePushReply);
       return;
     }
@@ -377,7 +390,12 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       }
       ++stats_.clocks;
       reply_header(message.from, h, Op::kClockReply);
-      if (r == ClockTable::TickResult::kMinAdvanced) answer_parked();
+      if (r == ClockTable::TickResult::kMinAdvanced) {
+        // The rounds every live worker has now ended go in before the pulls
+        // this tick releases read the table.
+        apply_rounds_before(clocks_.min_clock());
+        answer_parked();
+      }
       return;
     }
     default:
@@ -387,6 +405,14 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
 
 void Server::answer_pull(const rdma::Message& message, const DecodedMessage& d) {
   const WireHeader& h = d.header;
+  if (merge_rounds_) {
+    // Read-my-writes: the puller's own pushes are applied first, even when
+    // the other workers have not ended their round (a worker that pulls
+    // without ticking between, or a finished one evaluating).
+    if (const auto newest = rounds_.newest_of(message.from - map_.num_servers())) {
+      apply_rounds_before(*newest + 1, /*early=*/true);
+    }
+  }
   const bool dense = h.op == Op::kDensePull;
   const uint64_t width = map_.table(h.table).width;
   const uint64_t n = dense ? d.keys[1] : d.keys.size();
@@ -436,7 +462,23 @@ void Server::answer_parked() {
 
 void Server::remove_worker(uint32_t worker_index) {
   clocks_.remove(worker_index);
+  // Its pushes of the rounds it did not end stay in them.
+  apply_rounds_before(clocks_.min_clock());
   answer_parked();
+}
+
+void Server::apply_rounds_before(int64_t clock, bool early) {
+  if (rounds_.empty()) return;
+  const MergedRounds::Sink sink{
+      [&](uint32_t table, std::span<const uint64_t> keys, const float* grads) {
+        stats_.refused_non_finite += sparse_.at(table)->push(keys, grads).refused_non_finite;
+      },
+      [&](uint32_t table, uint64_t first_row, uint64_t rows, const float* grads) {
+        stats_.refused_non_finite += dense_.at(table)->push(first_row, rows, grads).refused_non_finite;
+      }};
+  const size_t n = rounds_.take_before(clock, sink);
+  stats_.rounds_applied += n;
+  if (early) stats_.rounds_applied_early += n;
 }
 
 void Server::remove_worker_later(uint32_t worker_index) {

@@ -10,7 +10,11 @@
 // transport keeps each worker's messages in send order, so a worker's
 // pushes are applied before its later pulls (read-my-writes). A pull the
 // SSP bound does not yet allow is parked and answered when the minimum
-// clock has advanced far enough. A bad message gets an error reply naming
+// clock has advanced far enough. Under BSP with more than one worker a push
+// is not applied at once: each round's pushes are summed (MergedRounds) and
+// applied as one step when the last live worker ends the round, before the
+// pulls it releases are answered; a pull of a worker whose own push still
+// waits in a round applies that round first, and so does a checkpoint. A bad message gets an error reply naming
 // what was wrong, and a counter; the server keeps serving.
 #pragma once
 
@@ -30,6 +34,7 @@
 #include "ps/cluster_map.h"
 #include "ps/consistency.h"
 #include "ps/dense_table.h"
+#include "ps/merged_rounds.h"
 #include "ps/sparse_table.h"
 #include "ps/wire_format.h"
 #include "rdma/endpoint.h"
@@ -57,6 +62,8 @@ struct ServerStats {
   uint64_t refused_non_finite = 0;  // keys whose gradient was refused by the updater
   uint64_t duplicate_pushes = 0;    // retries of pushes already applied: answered, not applied
   uint64_t duplicate_clocks = 0;    // retries of the worker's current clock (after a rejoin): answered
+  uint64_t rounds_applied = 0;      // BSP rounds applied as one step (merged pushes)
+  uint64_t rounds_applied_early = 0;  // ... of them before every worker ended it (a pull or a checkpoint)
   uint64_t bad_messages = 0;        // answered with an error
   uint64_t parked = 0;              // pulls parked by the SSP bound, in all
   uint64_t parked_now = 0;
@@ -82,7 +89,8 @@ class Server {
   void remove_worker_later(uint32_t worker_index);
 
   // This server's shards and the workers' clocks, now (on the serving
-  // thread, or before serve()).
+  // thread, or before serve()): what is applied, so without BSP rounds not
+  // yet ended (write_checkpoint_now applies those first).
   ShardCheckpoint checkpoint() const;
   // Puts a checkpoint's shards back, before serve(), and sets every
   // worker's clock to `clock` (the set's, where the resumed workers start),
@@ -126,6 +134,9 @@ class Server {
   void reply_header(uint32_t to, const WireHeader& request, Op op);
   void reply_error(uint32_t to, uint64_t request_id, const std::string& what);
   void reap_replies(bool all);
+  // BSP: applies the merged rounds before `clock` (every one: INT64_MAX);
+  // `early`: before every live worker ended them (counted).
+  void apply_rounds_before(int64_t clock, bool early = false);
   void checkpoint_if_due();
   // A push whose request id this worker's pushes already passed; else
   // records the id as the last applied.
@@ -151,6 +162,8 @@ class Server {
   std::vector<uint64_t> last_push_id_;
   std::vector<uint64_t> worker_bytes_pushed_;  // by worker index, this run
   std::deque<Parked> parked_;
+  bool merge_rounds_ = false;  // BSP with more than one worker
+  MergedRounds rounds_;
   // Replies in flight: the transport reads their bytes until the send completes.
   std::deque<std::pair<std::future<rdma::Status>, rdma::ByteBuffer>> in_flight_;
   ServerStats stats_;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <set>
 #include <mutex>
@@ -167,7 +168,9 @@ TEST_P(PsLoopback, DenseRangesSpanningBothServers) {
 TEST_P(PsLoopback, OneSidedDenseReadsAreNeverTorn) {
   constexpr uint64_t kRows = 64;
   constexpr uint32_t kWidth = 256;  // 64 KiB per server shard
-  Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)});
+  // ASP: no clocks here, every push applied as it arrives (BSP would hold
+  // worker 1's pushes in its round until it ticks).
+  Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("asp"));
   job.start();
   std::vector<float> out(kRows * kWidth);
   const rdma::Status first = job.worker(0).dense_read(2, 0, kRows, out.data());
@@ -255,6 +258,102 @@ void run_ssp(int64_t s, const char* model) {
 TEST(PsConsistency, SspBoundHoldsFromTheServersOwnRecord) { run_ssp(2, "ssp:2"); }
 TEST(PsConsistency, ZeroStalenessIsBsp) { run_ssp(0, "bsp"); }
 
+// BSP sums a round's pushes of every worker and applies them as one updater
+// step when the last worker ends the round; ssp:0 (the same waiting rule)
+// applies each push as a step of its own. AdaGrad tells the two apart: one
+// step of g0 + g1 is not a step of g0 then one of g1.
+TableSchema adagrad_table(uint32_t id, uint32_t width, TableKind kind = TableKind::kSparse, uint64_t rows = 0) {
+  TableSchema t = sgd_table(id, width, kind, rows);
+  t.updater.kind = UpdaterKind::kAdaGrad;
+  t.updater.learning_rate = 0.5f;
+  return t;
+}
+
+// float64 AdaGrad from a zero weight (no l1, l2), one step per gradient, in order.
+double adagrad_steps(const UpdaterConfig& c, std::initializer_list<double> grads) {
+  double w = 0, G = c.adagrad_initial_accumulator;
+  for (double g : grads) {
+    G += g * g;
+    w -= c.learning_rate / (c.adagrad_epsilon + std::sqrt(G)) * g;
+  }
+  return w;
+}
+
+struct TwoWorkerRound {
+  std::vector<float> sparse = std::vector<float>(3);  // keys 1, 2, 3
+  std::vector<float> dense = std::vector<float>(4);   // rows 0, 1 of width 2
+};
+
+// Worker 0 pushes keys {1, 2} and the dense rows, worker 1 keys {2, 3} and
+// the dense rows, worker 0's first (each waited for); both tick; worker 0
+// pulls at clock 1.
+TwoWorkerRound push_one_round(Job& job) {
+  const std::vector<uint64_t> k0 = {1, 2}, k1 = {2, 3};
+  EXPECT_TRUE(job.worker(0).push(0, k0, std::vector<float>{1, 1}).get().ok());
+  EXPECT_TRUE(job.worker(0).dense_push(1, 0, 2, std::vector<float>{1, 2, 3, 4}).get().ok());
+  EXPECT_TRUE(job.worker(1).push(0, k1, std::vector<float>{2, 3}).get().ok());
+  EXPECT_TRUE(job.worker(1).dense_push(1, 0, 2, std::vector<float>{4, 3, 2, 1}).get().ok());
+  EXPECT_TRUE(job.worker(0).clock().get().ok());
+  // Parked until worker 1 ends round 0 too.
+  TwoWorkerRound r;
+  auto sparse = job.worker(0).pull(0, std::vector<uint64_t>{1, 2, 3}, r.sparse.data());
+  auto dense = job.worker(0).dense_pull(1, 0, 2, r.dense.data());
+  EXPECT_TRUE(job.worker(1).clock().get().ok());
+  EXPECT_TRUE(sparse.get().ok());
+  EXPECT_TRUE(dense.get().ok());
+  return r;
+}
+
+TEST(PsBspRounds, ARoundOfEveryWorkersPushesIsOneStep) {
+  const TableSchema sparse = adagrad_table(0, 1), dense = adagrad_table(1, 2, TableKind::kDense, 2);
+  Job job("tcp;ofi_rxm", 1, 2, {sparse, dense}, ConsistencyModel::parse("bsp"));
+  job.start();
+  const TwoWorkerRound r = push_one_round(job);
+  const UpdaterConfig& c = sparse.updater;
+  EXPECT_NEAR(r.sparse[0], adagrad_steps(c, {1}), 1e-6);
+  EXPECT_NEAR(r.sparse[1], adagrad_steps(c, {1 + 2}), 1e-6);  // one step of the sum
+  EXPECT_NEAR(r.sparse[2], adagrad_steps(c, {3}), 1e-6);
+  for (float v : r.dense) EXPECT_NEAR(v, adagrad_steps(c, {5}), 1e-6);  // 1+4, 2+3, 3+2, 4+1
+  EXPECT_EQ(job.server(0).stats().rounds_applied, 1u);
+  EXPECT_EQ(job.server(0).stats().rounds_applied_early, 0u);
+}
+
+TEST(PsBspRounds, UnderZeroStalenessEachPushIsAStepOfItsOwn) {
+  const TableSchema sparse = adagrad_table(0, 1), dense = adagrad_table(1, 2, TableKind::kDense, 2);
+  Job job("tcp;ofi_rxm", 1, 2, {sparse, dense}, ConsistencyModel::parse("ssp:0"));
+  job.start();
+  const TwoWorkerRound r = push_one_round(job);
+  const UpdaterConfig& c = sparse.updater;
+  EXPECT_NEAR(r.sparse[0], adagrad_steps(c, {1}), 1e-6);
+  EXPECT_NEAR(r.sparse[1], adagrad_steps(c, {1, 2}), 1e-6);  // worker 0's step, then worker 1's
+  EXPECT_GT(std::abs(adagrad_steps(c, {1, 2}) - adagrad_steps(c, {1 + 2})), 0.1);
+  EXPECT_NEAR(r.dense[0], adagrad_steps(c, {1, 4}), 1e-6);
+  EXPECT_NEAR(r.dense[3], adagrad_steps(c, {4, 1}), 1e-6);
+  EXPECT_EQ(job.server(0).stats().rounds_applied, 0u);
+}
+
+// Read-my-writes holds under BSP too: a worker that pulls before the round
+// ends sees its own push (the round is applied early, and counted); the
+// other worker's later push to the same round is then a step of its own.
+TEST(PsBspRounds, AWorkersPullAppliesTheRoundHoldingItsOwnPush) {
+  const TableSchema sparse = adagrad_table(0, 1);
+  Job job("tcp;ofi_rxm", 1, 2, {sparse}, ConsistencyModel::parse("bsp"));
+  job.start();
+  const std::vector<uint64_t> key = {7};
+  float v = 0;
+  ASSERT_TRUE(job.worker(1).push(0, key, std::vector<float>{2}).get().ok());
+  ASSERT_TRUE(job.worker(0).pull(0, key, &v).get().ok());
+  EXPECT_EQ(v, 0.0f);  // worker 1's push waits in round 0: not worker 0's to see before the round ends
+  ASSERT_TRUE(job.worker(0).push(0, key, std::vector<float>{1}).get().ok());
+  ASSERT_TRUE(job.worker(0).pull(0, key, &v).get().ok());
+  EXPECT_NEAR(v, adagrad_steps(sparse.updater, {1 + 2}), 1e-6);  // its own, with worker 1's of the same round
+  ASSERT_TRUE(job.worker(1).push(0, key, std::vector<float>{4}).get().ok());
+  ASSERT_TRUE(job.worker(1).pull(0, key, &v).get().ok());
+  EXPECT_NEAR(v, adagrad_steps(sparse.updater, {1 + 2, 4}), 1e-6);
+  EXPECT_EQ(job.server(0).stats().rounds_applied, 2u);
+  EXPECT_EQ(job.server(0).stats().rounds_applied_early, 2u);
+}
+
 TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
   Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10)}, {}, /*raw_workers=*/1);
   job.start();
@@ -309,7 +408,9 @@ TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
 // lost reply) is answered every time and applied once; a later id is
 // applied. Sparse and dense alike; the count of retries is kept.
 TEST(PsExactlyOnce, ARetriedPushIsAnsweredAndAppliedOnce) {
-  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10)}, {}, /*raw_workers=*/1);
+  // ASP: worker 0 reads worker 1's pushes without clocks (BSP: PsBspRounds).
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10)},
+          ConsistencyModel::parse("asp"), /*raw_workers=*/1);
   job.start();
   rdma::Endpoint& raw = job.endpoint(2);  // worker 1, numbering its own requests
   auto exchange = [&](const std::vector<std::byte>& bytes, Op want) {

@@ -24,6 +24,11 @@
 
 namespace parafab::apps {
 
+// --consistency of parafab server, node and launch.
+inline constexpr const char* kConsistencyHelp =
+    "Servers' consistency: bsp (wait for every worker each clock, and apply the clock's pushes of all workers as "
+    "one step), ssp:S (bounded staleness S, each push applied as it arrives), or asp";
+
 struct ClusterFlags {
   std::string scheduler;
   std::string token_file;

@@ -665,7 +665,7 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--provider", f->provider,
                   "libfabric provider for every node: tcp;ofi_rxm, shm, verbs;ofi_rxm, efa (else $PARAFAB_PROVIDER, "
                   "default tcp;ofi_rxm)");
-  cmd->add_option("--consistency", f->consistency, "Servers' consistency: bsp, ssp:S or asp")->capture_default_str();
+  cmd->add_option("--consistency", f->consistency, kConsistencyHelp)->capture_default_str();
   cmd->add_option("--table", f->tables,
                   "A table of the job, e.g. id=0,kind=sparse,width=1,updater=adagrad,lr=0.05 (repeatable)")
       // One value per --table: else CLI11 lets the option swallow the "--"

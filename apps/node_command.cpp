@@ -323,7 +323,7 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--table", f->tables,
                   "A table of the job, e.g. id=0,kind=sparse,width=1,updater=adagrad,lr=0.05 (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--consistency", f->consistency, "Servers' consistency: bsp, ssp:S or asp")->capture_default_str();
+  cmd->add_option("--consistency", f->consistency, kConsistencyHelp)->capture_default_str();
   cmd->add_option("--join-timeout", f->join_timeout_s,
                   "Seconds for the scheduler to come up and every node to join")
       ->check(CLI::PositiveNumber)

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "apps/cluster_flags.h"
 #include "apps/cluster_node.h"
 #include "apps/commands.h"
 #include "apps/signal_pipe.h"
@@ -140,10 +141,16 @@ int run_server(ServerFlags f) {
   std::fprintf(stderr, "%s\n",
                fmt::format("server {}: {} pushes ({} keys), {} pulls ({} keys), {} clocks, {} parked, {} bad "
                            "messages{}, {} non-finite gradients refused, {} retried pushes answered without applying "
-                           "them again, {} retried clocks answered; max staleness {}",
+                           "them again, {} retried clocks answered{}; max staleness {}",
                            node.role_rank, st.pushes, st.keys_pushed, st.pulls, st.keys_pulled, st.clocks, st.parked,
                            st.bad_messages, st.last_error.empty() ? "" : " (last: " + st.last_error + ")",
-                           st.refused_non_finite, st.duplicate_pushes, st.duplicate_clocks, st.staleness.max_seen())
+                           st.refused_non_finite, st.duplicate_pushes, st.duplicate_clocks,
+                           so.consistency.kind == ps::ConsistencyModel::Kind::kBsp
+                               ? fmt::format(", {} BSP rounds applied as one step ({} before every worker ended "
+                                             "them)",
+                                             st.rounds_applied, st.rounds_applied_early)
+                               : std::string(),
+                           st.staleness.max_seen())
                    .c_str());
   // With checkpoints, what a restart from one of them would lose: the bytes
   // since it (checkpoint.h).
@@ -174,7 +181,7 @@ void add_server_command(CLI::App& root, CommandContext& ctx) {
   auto f = std::make_shared<ServerFlags>();
   CLI::App* cmd = root.add_subcommand("server", "Run one parameter server of a job (joins through the scheduler)");
   add_cluster_flags(cmd, f->cluster);
-  cmd->add_option("--consistency", f->consistency, "bsp, ssp:S (bounded staleness S) or asp")->capture_default_str();
+  cmd->add_option("--consistency", f->consistency, kConsistencyHelp)->capture_default_str();
   add_checkpoint_flags(cmd, f->checkpoints,
                        "Checkpoint this server's shards (values and optimizer state) to DIR/server-I-of-S.ckpt: every "
                        "--checkpoint-interval seconds or --checkpoint-clocks clocks, and at the end");

@@ -282,12 +282,17 @@ double adagrad_steps(const UpdaterConfig& c, std::initializer_list<double> grads
 struct TwoWorkerRound {
   std::vector<float> sparse = std::vector<float>(3);  // keys 1, 2, 3
   std::vector<float> dense = std::vector<float>(4);   // rows 0, 1 of width 2
+  ServerStats stats;
 };
+const TableSchema kRoundSparse = adagrad_table(0, 1), kRoundDense = adagrad_table(1, 2, TableKind::kDense, 2);
 
+// One server, two workers, AdaGrad tables 0 (sparse) and 1 (dense, 2 rows).
 // Worker 0 pushes keys {1, 2} and the dense rows, worker 1 keys {2, 3} and
 // the dense rows, worker 0's first (each waited for); both tick; worker 0
 // pulls at clock 1.
-TwoWorkerRound push_one_round(Job& job) {
+TwoWorkerRound push_one_round(const char* consistency) {
+  Job job("tcp;ofi_rxm", 1, 2, {kRoundSparse, kRoundDense}, ConsistencyModel::parse(consistency));
+  job.start();
   const std::vector<uint64_t> k0 = {1, 2}, k1 = {2, 3};
   EXPECT_TRUE(job.worker(0).push(0, k0, std::vector<float>{1, 1}).get().ok());
   EXPECT_TRUE(job.worker(0).dense_push(1, 0, 2, std::vector<float>{1, 2, 3, 4}).get().ok());
@@ -301,35 +306,30 @@ TwoWorkerRound push_one_round(Job& job) {
   EXPECT_TRUE(job.worker(1).clock().get().ok());
   EXPECT_TRUE(sparse.get().ok());
   EXPECT_TRUE(dense.get().ok());
+  r.stats = job.server(0).stats();
   return r;
 }
 
 TEST(PsBspRounds, ARoundOfEveryWorkersPushesIsOneStep) {
-  const TableSchema sparse = adagrad_table(0, 1), dense = adagrad_table(1, 2, TableKind::kDense, 2);
-  Job job("tcp;ofi_rxm", 1, 2, {sparse, dense}, ConsistencyModel::parse("bsp"));
-  job.start();
-  const TwoWorkerRound r = push_one_round(job);
-  const UpdaterConfig& c = sparse.updater;
+  const TwoWorkerRound r = push_one_round("bsp");
+  const UpdaterConfig& c = kRoundSparse.updater;
   EXPECT_NEAR(r.sparse[0], adagrad_steps(c, {1}), 1e-6);
   EXPECT_NEAR(r.sparse[1], adagrad_steps(c, {1 + 2}), 1e-6);  // one step of the sum
   EXPECT_NEAR(r.sparse[2], adagrad_steps(c, {3}), 1e-6);
   for (float v : r.dense) EXPECT_NEAR(v, adagrad_steps(c, {5}), 1e-6);  // 1+4, 2+3, 3+2, 4+1
-  EXPECT_EQ(job.server(0).stats().rounds_applied, 1u);
-  EXPECT_EQ(job.server(0).stats().rounds_applied_early, 0u);
+  EXPECT_EQ(r.stats.rounds_applied, 1u);
+  EXPECT_EQ(r.stats.rounds_applied_early, 0u);
 }
 
 TEST(PsBspRounds, UnderZeroStalenessEachPushIsAStepOfItsOwn) {
-  const TableSchema sparse = adagrad_table(0, 1), dense = adagrad_table(1, 2, TableKind::kDense, 2);
-  Job job("tcp;ofi_rxm", 1, 2, {sparse, dense}, ConsistencyModel::parse("ssp:0"));
-  job.start();
-  const TwoWorkerRound r = push_one_round(job);
-  const UpdaterConfig& c = sparse.updater;
+  const TwoWorkerRound r = push_one_round("ssp:0");
+  const UpdaterConfig& c = kRoundSparse.updater;
   EXPECT_NEAR(r.sparse[0], adagrad_steps(c, {1}), 1e-6);
   EXPECT_NEAR(r.sparse[1], adagrad_steps(c, {1, 2}), 1e-6);  // worker 0's step, then worker 1's
   EXPECT_GT(std::abs(adagrad_steps(c, {1, 2}) - adagrad_steps(c, {1 + 2})), 0.1);
   EXPECT_NEAR(r.dense[0], adagrad_steps(c, {1, 4}), 1e-6);
   EXPECT_NEAR(r.dense[3], adagrad_steps(c, {4, 1}), 1e-6);
-  EXPECT_EQ(job.server(0).stats().rounds_applied, 0u);
+  EXPECT_EQ(r.stats.rounds_applied, 0u);
 }
 
 // Read-my-writes holds under BSP too: a worker that pulls before the round

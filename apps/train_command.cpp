@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <thread>
 
@@ -169,6 +170,29 @@ worker::AdoptedSource<Rows> adopted_parts_of(const ClusterNode& node, std::funct
       parts.push_back({part, &it->second});
     }
     return parts;
+  };
+}
+
+// Without --partition: the shares of --train (held by every worker, `data`)
+// of the workers that died that this worker takes over, asked at each
+// epoch's start, trained in the clocks of its own share.
+template <class Rows>
+worker::AdoptedSource<Rows> adopted_shares_of(const ClusterNode& node, const Rows& data) {
+  auto told = std::make_shared<std::set<uint32_t>>();
+  return [&node, &data, told](int epoch) {
+    const uint32_t me = node.role_rank, workers = node.map->num_workers();
+    std::vector<worker::AdoptedData<Rows>> shares;
+    for (const uint32_t dead : worker::adopted_parts(live_workers_of(node)(), workers, me)) {
+      if (told->insert(dead).second) {
+        std::fprintf(stderr, "%s\n",
+                     fmt::format("worker {}: takes over worker {}'s batches of --train from epoch {} (worker {} is "
+                                 "dead), in the clocks of its own",
+                                 me, dead, epoch, dead)
+                         .c_str());
+      }
+      shares.push_back({dead, &data, dead, workers});
+    }
+    return shares;
   };
 }
 
@@ -387,8 +411,8 @@ int run_distributed_train(TrainFlags flags) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
     };
   }
-  // A dead worker's batches go to the survivors: they divide every batch
-  // again, or with --partition one of them reads its part of the file.
+  // A dead worker's batches go to a survivor, trained in the clocks of its
+  // own: its share of --train, or with --partition its part of the file.
   const uint32_t w = node.role_rank, workers = node.map->num_workers();
   auto read_part = [&](uint32_t part) {
     return load_data(fmt::format("train part {}/{}", part + 1, workers), flags.train, flags.data, opt.threads, "", 2,
@@ -399,10 +423,9 @@ int run_distributed_train(TrainFlags flags) {
       return worker::SlotCsr::build(read_part(part).view(), map, opt.threads);
     });
     train = read_part(w);
-  } else {
-    dopt.live_workers = live_workers_of(node);
   }
   const worker::SlotCsr train_csr = worker::SlotCsr::build(train->view(), map, opt.threads);
+  if (!flags.partition) dopt.adopted_parts = adopted_shares_of(node, train_csr);
   train.reset();
   std::fprintf(stderr, "%s\n",
                fmt::format("parafab train: worker {} of {}: model {}, table 0 {} on {} servers, batch {}, epochs {}, "
@@ -630,9 +653,9 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     }
   };
   mo.after_batch = after;
-  // A dead worker's batches go to the survivors: they divide every batch
-  // again, or with --partition one of them reads its part of the file.
-  if (distributed && !flags.partition) mo.live_workers = live_workers_of(*node);
+  // A dead worker's batches go to a survivor, trained in the clocks of its
+  // own: its share of --train, or with --partition its part of the file.
+  if (distributed && !flags.partition) mo.adopted_parts = adopted_shares_of(*node, rows);
   if (distributed && flags.partition) {
     mo.adopted_parts = adopted_parts_of<worker::ModelRows>(*node, [&](uint32_t part) {
       return worker::build_model_rows(read_part(part).view(), map, spec, opt.threads);

@@ -18,27 +18,25 @@ BatchShare batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uin
   return s;
 }
 
-BatchShare live_batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers,
-                            const LiveWorkers& live) {
-  if (!live) return batch_share(n_rows, batch_rows, index, workers);
-  const std::vector<uint32_t> alive = live();
-  const auto at = std::find(alive.begin(), alive.end(), index);
-  if (at == alive.end()) return batch_share(n_rows, batch_rows, index, workers);
-  return batch_share(n_rows, batch_rows, static_cast<uint32_t>(at - alive.begin()),
-                     static_cast<uint32_t>(alive.size()));
+namespace {
+
+// The first `n` of `order` (clocks a resumed job skips) dropped.
+void drop_front(std::vector<uint64_t>& order, uint64_t n) {
+  order.erase(order.begin(), order.begin() + static_cast<ptrdiff_t>(std::min<uint64_t>(n, order.size())));
 }
 
-EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers, const LiveWorkers& live,
-                     bool shuffle, uint64_t seed, int epoch, uint64_t* skip_clocks) {
-  const BatchShare share = live_batch_share(n_rows, batch_rows, index, workers, live);
+}  // namespace
+
+EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers, bool shuffle,
+                     uint64_t seed, int epoch, uint64_t* skip_clocks) {
+  const BatchShare share = batch_share(n_rows, batch_rows, index, workers);
   EpochPlan plan;
   plan.order = epoch_order(share.batches, shuffle, seed, epoch, index);
   plan.rows = share.rows;
-  const uint64_t skipped = std::min(*skip_clocks, share.clocks_per_epoch);
-  *skip_clocks -= skipped;
-  plan.order.erase(plan.order.begin(),
-                   plan.order.begin() + static_cast<ptrdiff_t>(std::min<uint64_t>(skipped, plan.order.size())));
-  plan.idle_clocks = share.clocks_per_epoch - skipped - plan.order.size();
+  plan.clocks = share.clocks_per_epoch;
+  plan.skipped = std::min(*skip_clocks, share.clocks_per_epoch);
+  *skip_clocks -= plan.skipped;
+  drop_front(plan.order, plan.skipped);
   return plan;
 }
 
@@ -60,14 +58,24 @@ EpochBatches epoch_batches(const EpochPlan& plan, const std::vector<AdoptedPart>
                            bool shuffle, uint64_t seed, int epoch) {
   EpochBatches e;
   e.rows = plan.rows;
-  for (const uint64_t b : plan.order) e.order.push_back({0, b});
-  for (size_t i = 0; i < adopted.size(); ++i) {
-    const BatchShare all = batch_share(adopted[i].rows, batch_rows, 0, 1);
-    for (const uint64_t b : epoch_order(all.batches, shuffle, seed, epoch, adopted[i].part)) {
-      e.order.push_back({i + 1, b});
-    }
-    e.rows += adopted[i].rows;
+  std::vector<std::vector<uint64_t>> orders = {plan.order};  // by part
+  size_t clocks = plan.order.size();
+  for (const AdoptedPart& a : adopted) {
+    const BatchShare share = batch_share(a.rows, batch_rows, a.share_index, a.share_count);
+    orders.push_back(epoch_order(share.batches, shuffle, seed, epoch, a.part));
+    drop_front(orders.back(), plan.skipped);
+    clocks = std::max(clocks, orders.back().size());
+    e.rows += share.rows;
   }
+  for (size_t j = 0; j < clocks; ++j) {
+    for (size_t part = 0; part < orders.size(); ++part) {
+      if (j < orders[part].size()) e.order.push_back({part, orders[part][j], false});
+    }
+    e.order.back().ends_clock = true;
+  }
+  // --partition parts differ in length: a longer adopted one gets no idle clocks.
+  const uint64_t left = plan.clocks - plan.skipped;
+  e.idle_clocks = left > clocks ? left - clocks : 0;
   return e;
 }
 

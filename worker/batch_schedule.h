@@ -33,68 +33,75 @@ struct BatchShare {
 // worker takes the batches whose index modulo workers is its index.
 BatchShare batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers);
 
-// The job's live workers, ascending (one declared dead is left out); a null
-// function: all of them, always.
+// The job's live workers, ascending (one declared dead is left out).
 using LiveWorkers = std::function<std::vector<uint32_t>()>;
 
-// The share of worker `index` among the live workers: its position among
-// them and their count take the place of index and workers, so when a
-// worker has died the survivors divide every batch again (the trainers ask
-// at each epoch's start). A worker not in the list keeps its own share.
-BatchShare live_batch_share(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers,
-                            const LiveWorkers& live);
-
-// One epoch of a worker, as both trainers run it: its live share's batches
-// in the epoch's order, less those a resumed job already did (the first
+// One epoch of a worker's own share, as both trainers run it: its batches in
+// the epoch's order, less those a resumed job already did (the first
 // *skip_clocks clocks of the run; *skip_clocks is decreased by the clocks
-// this epoch skips), and the clocks it ticks after them without a batch, so
-// that every worker ticks the share's clocks_per_epoch in all.
+// this epoch skips). Every worker ticks the share's clocks_per_epoch an
+// epoch whoever is dead (epoch_batches), so a clock of the run is the same
+// batch position in every run of the job, and a resume skips exact clocks.
 struct EpochPlan {
   std::vector<uint64_t> order;  // batch indices, to train in this order
   uint64_t rows = 0;            // rows of the whole share (for progress)
-  uint64_t idle_clocks = 0;
+  uint64_t skipped = 0;         // clocks of this epoch a resumed job skips
+  uint64_t clocks = 0;          // the share's clocks_per_epoch
 };
-EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers, const LiveWorkers& live,
-                     bool shuffle, uint64_t seed, int epoch, uint64_t* skip_clocks);
+EpochPlan plan_epoch(uint64_t n_rows, uint64_t batch_rows, uint32_t index, uint32_t workers, bool shuffle,
+                     uint64_t seed, int epoch, uint64_t* skip_clocks);
 
-// --partition: the parts of --train (part i is worker i's byte range) that
-// worker `me` trains on for dead workers. The dead parts, ascending, are
-// dealt round-robin over the live workers (ascending): the j-th goes to
-// live[j % live.size()]. Recomputed at each epoch's start, so a part whose
-// adopter dies too moves on again. Empty when `me` is not live.
+// The workers whose batches worker `me` trains besides its own, dead ones
+// (under --on-worker-failure continue): the dead, ascending, are dealt
+// round-robin over the live workers (ascending): the j-th goes to
+// live[j % live.size()]. Recomputed at each epoch's start, so the batches of
+// a worker whose adopter dies too move on again. Empty when `me` is not live.
 std::vector<uint32_t> adopted_parts(const std::vector<uint32_t>& live, uint32_t workers, uint32_t me);
 
-// One part of the data a worker took over (adopted_parts) and its rows.
+// The batches of a dead worker a live one took over (adopted_parts): share
+// `share_index` of `share_count` of data of `rows` rows. Without --partition
+// the data is the whole --train that every worker holds, and the share the
+// dead worker's (index = its own, count = W); with --partition, the dead
+// worker's part of --train, all of it (0 of 1).
 struct AdoptedPart {
   uint32_t part = 0;  // the dead worker's index, which also seeds its batches' order
   uint64_t rows = 0;
+  uint32_t share_index = 0, share_count = 1;
 };
 
-// A part taken over, with its rows as a trainer holds them (SlotCsr,
+// A dead worker's batches, with its data as a trainer holds it (SlotCsr,
 // ModelRows), and the trainers' option that gives them at each epoch's
 // start (the epoch, 1-based); a null function: none.
 template <class Data>
 struct AdoptedData {
   uint32_t part = 0;
   const Data* data = nullptr;
+  uint32_t share_index = 0, share_count = 1;
 };
 template <class Data>
 using AdoptedSource = std::function<std::vector<AdoptedData<Data>>(int epoch)>;
 
 // A batch of an epoch over several parts of the data: part 0 is the
-// worker's own, part i > 0 the i-th it took over.
+// worker's own, part i > 0 the i-th it took over. The worker ticks its
+// clock after a batch that ends_clock.
 struct PartBatch {
   size_t part = 0;
   uint64_t batch = 0;  // index within its part: rows [batch * batch_rows, ...)
+  bool ends_clock = true;
   bool operator==(const PartBatch&) const = default;
 };
 
-// The epoch's batches: the own part's as `plan` orders them, then every
-// batch of each adopted part in the epoch's order (as its own worker would
-// have ordered them); one clock each. rows: of the whole epoch (progress).
+// The epoch's batches, clock by clock: at its j-th clock a worker trains the
+// j-th batch of its own share (as `plan` orders it) and the j-th batch of
+// each share it took over (in the order the dead worker would have given
+// them, with the same clocks skipped), so every clock of the job trains the
+// batches it would have without the death: under BSP a round is the same
+// step. Then idle_clocks clocks without a batch, up to the share's
+// clocks_per_epoch. rows: of the whole epoch (progress).
 struct EpochBatches {
   std::vector<PartBatch> order;
   uint64_t rows = 0;
+  uint64_t idle_clocks = 0;
 };
 EpochBatches epoch_batches(const EpochPlan& plan, const std::vector<AdoptedPart>& adopted, uint64_t batch_rows,
                            bool shuffle, uint64_t seed, int epoch);
@@ -116,7 +123,7 @@ PartedEpoch<Data> epoch_over_parts(const EpochPlan& plan, const Data& own, const
   if (source) {
     for (const AdoptedData<Data>& a : source(epoch)) {
       e.parts.push_back(a.data);
-      adopted.push_back({a.part, a.data->rows()});
+      adopted.push_back({a.part, a.data->rows(), a.share_index, a.share_count});
     }
   }
   e.batches = epoch_batches(plan, adopted, batch_rows, shuffle, seed, epoch);

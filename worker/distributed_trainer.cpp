@@ -76,8 +76,7 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
   uint64_t skip = options_.skip_clocks;
   uint64_t batches_done = 0;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
-    const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.live_workers, options_.shuffle,
-                                      options_.seed, epoch, &skip);
+    const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.shuffle, options_.seed, epoch, &skip);
     const PartedEpoch<SlotCsr> parted =
         epoch_over_parts(plan, data, options_.adopted_parts, batch, options_.shuffle, options_.seed, epoch);
     const std::vector<const SlotCsr*>& parts = parted.parts;
@@ -85,7 +84,9 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
     report.start_epoch(epoch, parted.batches.rows);
     double loss_sum = 0;
     uint64_t seen = 0;
-    // Pull-ahead: batch k+1's weights are requested before batch k is computed.
+    // Pull-ahead: batch k+1's weights are requested before batch k is
+    // computed; always within one clock (a dead worker's batch beside this
+    // worker's own, which in a fault-free run would not see this push either).
     auto prepare = [&](size_t k, LocalBatch& b, std::vector<float>& w) {
       const SlotCsr& part = *parts[order[k].part];
       const uint64_t lo = order[k].batch * batch, hi = std::min(part.rows(), lo + batch);
@@ -99,7 +100,8 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
     std::vector<std::future<rdma::Status>> pushes;
     if (!order.empty()) pulled_cur = prepare(0, cur, w_cur);
     for (size_t k = 0; k < order.size(); ++k) {
-      if (options_.pull_ahead && k + 1 < order.size()) pulled_next = prepare(k + 1, next, w_next);
+      const bool ahead = options_.pull_ahead || !order[k].ends_clock;
+      if (ahead && k + 1 < order.size()) pulled_next = prepare(k + 1, next, w_next);
       check(pulled_cur.get(), "pull");
       const int64_t rows = static_cast<int64_t>(cur.labels.size());
       const int64_t slots = static_cast<int64_t>(cur.keys.size());
@@ -114,7 +116,7 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
       std::vector<float> grad = d_grad.to_host();
       for (float& g : grad) g *= static_cast<float>(rows);
       pushes.push_back(kv_.push(options_.table, cur.keys, grad));
-      pushes.push_back(kv_.clock());
+      if (order[k].ends_clock) pushes.push_back(kv_.clock());
       // Keep a bounded number of pushes in flight; collect errors as they come.
       while (pushes.size() > 8) {
         check(pushes.front().get(), "push");
@@ -126,7 +128,7 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
       ++batches_done;
       if (options_.after_batch) options_.after_batch(batches_done);
       if (k + 1 < order.size()) {
-        if (options_.pull_ahead) {
+        if (ahead) {
           std::swap(cur, next);
           std::swap(w_cur, w_next);
           pulled_cur = std::move(pulled_next);
@@ -137,7 +139,7 @@ std::vector<double> DistributedTrainer::train(const SlotCsr& data,
       report.update(seen, loss_sum, k + 1 == order.size());
     }
     // Equal clocks per epoch on every worker (BatchShare::clocks_per_epoch).
-    for (uint64_t k = 0; k < plan.idle_clocks; ++k) pushes.push_back(kv_.clock());
+    for (uint64_t k = 0; k < parted.batches.idle_clocks; ++k) pushes.push_back(kv_.clock());
     for (auto& f : pushes) check(f.get(), "push");
     losses.push_back(seen ? loss_sum / static_cast<double>(seen) : 0);
   }

@@ -39,12 +39,9 @@ struct DistributedTrainOptions {
   double progress_seconds = 1.0;
   // Between batches, called with the batch count so far (train --slow-ms).
   std::function<void(uint64_t)> after_batch;
-  // A job's live workers: at each epoch's start the survivors of a dead
-  // worker take over its batches (worker/batch_schedule.h). Null: fixed shares.
-  LiveWorkers live_workers;
-  // --partition: the parts of --train this worker took over from dead
-  // workers (adopted_parts), asked at each epoch's start; their batches
-  // follow its own, a clock each.
+  // The batches of dead workers this worker took over (adopted_parts), asked
+  // at each epoch's start: their shares of --train, or with --partition
+  // their parts; trained in the clocks of its own (epoch_batches).
   AdoptedSource<SlotCsr> adopted_parts;
   // A resumed job (train --resume): the first skip_clocks clocks of the
   // run, with their batches, were done before the checkpoint; skip them.

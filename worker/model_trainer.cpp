@@ -229,8 +229,7 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
   uint64_t skip = options_.skip_clocks;
   const bool ahead = remote_ && options_.pull_ahead;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
-    const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.live_workers, options_.shuffle,
-                                      options_.seed, epoch, &skip);
+    const EpochPlan plan = plan_epoch(n, batch, index_, workers_, options_.shuffle, options_.seed, epoch, &skip);
     const PartedEpoch<ModelRows> parted =
         epoch_over_parts(plan, data, options_.adopted_parts, batch, options_.shuffle, options_.seed, epoch);
     const std::vector<const ModelRows*>& parts = parted.parts;
@@ -250,10 +249,14 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
     std::vector<std::future<rdma::Status>> pushes;
     if (!order.empty()) pulled_cur = prepare(0, cur, p_cur);
     for (size_t k = 0; k < order.size(); ++k) {
-      if (ahead && k + 1 < order.size()) pulled_next = prepare(k + 1, next, p_next);
+      // Within one clock (a dead worker's batch beside this worker's own)
+      // the next pull never waits for this push: in a fault-free run that
+      // batch's worker would not have seen it either.
+      const bool ahead_k = ahead || (remote_ && !order[k].ends_clock);
+      if (ahead_k && k + 1 < order.size()) pulled_next = prepare(k + 1, next, p_next);
       check(pulled_cur.get(), "pull");
       const double loss = step(cur, p_cur, pushes);
-      pushes.push_back(store_.clock());
+      if (order[k].ends_clock) pushes.push_back(store_.clock());
       while (pushes.size() > 16) {
         check(pushes.front().get(), "push");
         pushes.erase(pushes.begin());
@@ -264,7 +267,7 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
       ++batches_done;
       if (options_.after_batch) options_.after_batch(batches_done);
       if (k + 1 < order.size()) {
-        if (ahead) {
+        if (ahead_k) {
           std::swap(cur, next);
           std::swap(p_cur, p_next);
           pulled_cur = std::move(pulled_next);
@@ -278,7 +281,7 @@ std::vector<double> ModelTrainer::train(const ModelRows& data,
       report.update(seen, loss_sum, k + 1 == order.size());
     }
     // Equal clocks per epoch on every worker (BatchShare::clocks_per_epoch).
-    for (uint64_t k = 0; k < plan.idle_clocks; ++k) pushes.push_back(store_.clock());
+    for (uint64_t k = 0; k < parted.batches.idle_clocks; ++k) pushes.push_back(store_.clock());
     for (auto& f : pushes) check(f.get(), "push");
     losses.push_back(seen ? loss_sum / static_cast<double>(seen) : 0);
   }

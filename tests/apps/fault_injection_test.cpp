@@ -411,6 +411,11 @@ TEST_F(FaultInjection, KilledWorkerIsLeftBehindUnderContinue) {
   EXPECT_NE(p.output().find("the job goes on without it (--on-worker-failure continue)"), std::string::npos)
       << p.output();
   EXPECT_NE(p.output().find("(1 lost, continued without)"), std::string::npos) << p.output();
+  // Worker 1 dies in epoch 1 of 2; from epoch 2 worker 0 trains its share
+  // beside its own, in the same clocks.
+  EXPECT_NE(p.output().find("worker 0: takes over worker 1's batches of --train from epoch 2 (worker 1 is dead)"),
+            std::string::npos)
+      << p.output();
   expect_close_to_reference(p.output());
 }
 

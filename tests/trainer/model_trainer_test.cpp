@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "kernels/memory.h"
 #include "worker/feature_hashing.h"
@@ -121,8 +122,9 @@ TEST(ModelTrainer, DnnSoftmaxOnDenseInputs) {
   for (size_t i = 0; i < 3000; ++i) EXPECT_NEAR(probs[3 * i] + probs[3 * i + 1] + probs[3 * i + 2], 1.0, 1e-4);
 }
 
-// A store whose pulls answer with data `lag` clocks old and which keeps the
-// pushed gradients: staleness-aware steps divide them by the lag.
+// A store whose pulls answer with data `lag` clocks old, which keeps the
+// pushed gradients (staleness-aware steps divide them by the lag) and the
+// order of its calls: 'l' a pull, 'p' a push, 'c' a clock.
 class LaggingStore final : public ParameterStore {
  public:
   LaggingStore(const std::vector<ps::TableSchema>& t, int64_t lag) : inner_(t), lag_(lag) {}
@@ -130,10 +132,12 @@ class LaggingStore final : public ParameterStore {
                                  int64_t* data_clock) override {
     auto f = inner_.pull(table, keys, out, nullptr);
     if (data_clock != nullptr) *data_clock = clock_ - lag_;
+    events += 'l';
     return f;
   }
   std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys, std::span<const float> grads) override {
     pushed.insert(pushed.end(), grads.begin(), grads.end());
+    events += 'p';
     return inner_.push(table, keys, grads);
   }
   std::future<rdma::Status> dense_pull(uint32_t t, uint64_t f, uint64_t r, float* o) override {
@@ -144,12 +148,14 @@ class LaggingStore final : public ParameterStore {
   }
   std::future<rdma::Status> clock() override {
     ++clock_;
+    events += 'c';
     return inner_.clock();
   }
   int64_t current_clock() const override { return clock_; }
   std::future<rdma::Status> finish() override { return inner_.finish(); }
   const ps::TableSchema& table(uint32_t id) const override { return inner_.table(id); }
   std::vector<float> pushed;
+  std::string events;
 
  private:
   LocalStore inner_;
@@ -178,6 +184,35 @@ TEST(ModelTrainer, StalenessAwareStepsDivideByTheMeasuredStaleness) {
   ASSERT_EQ(plain.size(), aware.size());
   ASSERT_FALSE(plain.empty());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(aware[i], plain[i] / 4, 1e-6f * (1 + std::abs(plain[i]))) << i;
+}
+
+// Worker 0 of 3 takes over dead worker 1's batches from epoch 2: at each of
+// its clocks it pulls its own batch and worker 1's (the same clock of the
+// fault-free job), pushes both, and ticks once; the epoch keeps its clocks.
+TEST(ModelTrainer, ADeadWorkersBatchesAreTrainedInTheClocksOfTheOwn) {
+  const Dataset train(crossed(1000, 3, 8, 7));  // 16 batches of 64: worker 0 has 6 (360 rows), worker 1 5 (320)
+  const ModelSpec spec = ModelSpec::fm(2);
+  const SlotMap map = SlotMap::for_data(train.view(), 12);
+  const ModelRows rows = build_model_rows(train.view(), map, spec, 1);
+  LaggingStore store(spec.tables(map), 0);
+  ModelTrainOptions o;
+  o.epochs = 2;
+  o.batch_rows = 64;
+  o.progress_seconds = 0;
+  o.pull_ahead = false;  // parafab train's default for fm and dnn
+  o.adopted_parts = [&](int epoch) {
+    std::vector<AdoptedData<ModelRows>> dead;
+    if (epoch == 2) dead.push_back({1, &rows, 1, 3});
+    return dead;
+  };
+  ModelTrainer t(store, spec, map, o, 0, 3, /*remote=*/true);
+  t.train(rows);
+  std::string want;
+  for (int k = 0; k < 6; ++k) want += "lpc";    // epoch 1: its own
+  for (int k = 0; k < 5; ++k) want += "llppc";  // epoch 2: its own and worker 1's, the second pull before the first push
+  want += "lpc";                                // worker 1 had one batch fewer
+  EXPECT_EQ(store.events, want);
+  EXPECT_EQ(t.examples(), 360u + 360 + 320);
 }
 
 TEST(ModelRows, FieldsComeFromKeyNamespacesAndDenseInputsFromSmallIndices) {

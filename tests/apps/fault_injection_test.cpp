@@ -546,7 +546,6 @@ TEST_F(FaultInjection, ServerKilledEarlyInAResumedJobRejoins) {
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ++tally.injected;
   finish(q);
-  std::ofstream("/tmp/early.out") << q.output();  // DEBUG
   const std::string& out = q.output();
   EXPECT_EQ(q.exit_code(), 0) << out;
   EXPECT_NE(out.find("resuming from the checkpoint set"), std::string::npos) << out;

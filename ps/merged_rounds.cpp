@@ -1,8 +1,35 @@
 #include "ps/merged_rounds.h"
 
 #include <algorithm>
+#include <bit>
+
+#include "ps/key_hash.h"
 
 namespace parafab::ps {
+
+uint32_t MergedRounds::SparseSum::position(uint64_t key, uint32_t width) {
+  if (2 * (keys.size() + 1) > index.size()) {
+    // Grow to twice the size (at least 1024 slots) and index the keys again.
+    index.assign(std::max<size_t>(1024, 2 * index.size()), 0);
+    const size_t mask = index.size() - 1;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      size_t at = mix64(keys[i]) & mask;
+      while (index[at] != 0) at = (at + 1) & mask;
+      index[at] = static_cast<uint32_t>(i + 1);
+    }
+  }
+  const size_t mask = index.size() - 1;
+  size_t at = mix64(key) & mask;
+  while (index[at] != 0) {
+    const uint32_t i = index[at] - 1;
+    if (keys[i] == key) return i;
+    at = (at + 1) & mask;
+  }
+  index[at] = static_cast<uint32_t>(keys.size() + 1);
+  keys.push_back(key);
+  grads.resize(grads.size() + width, 0.0f);
+  return static_cast<uint32_t>(keys.size() - 1);
+}
 
 MergedRounds::Round& MergedRounds::round_of(int64_t clock, uint32_t worker) {
   Round& r = rounds_[clock];
@@ -13,18 +40,20 @@ MergedRounds::Round& MergedRounds::round_of(int64_t clock, uint32_t worker) {
 void MergedRounds::add_sparse(int64_t clock, uint32_t worker, uint32_t table, std::span<const uint64_t> keys,
                               const float* grads, uint32_t width) {
   SparseSum& s = round_of(clock, worker).sparse[table];
+  if (s.index.empty()) {
+    // Room for about twice this push's keys (the other workers' mostly overlap) without growing.
+    s.index.assign(std::bit_ceil(std::max<size_t>(1024, 4 * keys.size())), 0);
+    s.keys.reserve(2 * keys.size());
+    s.grads.reserve(2 * keys.size() * width);
+  }
+  const size_t before = s.grads.size();
   for (size_t i = 0; i < keys.size(); ++i) {
     const float* g = grads + i * width;
-    const auto [it, inserted] = s.position.try_emplace(keys[i], static_cast<uint32_t>(s.keys.size()));
-    if (inserted) {
-      s.keys.push_back(keys[i]);
-      s.grads.insert(s.grads.end(), g, g + width);
-      floats_ += width;
-      continue;
-    }
-    float* sum = s.grads.data() + static_cast<size_t>(it->second) * width;
+    const size_t at = s.position(keys[i], width);  // may grow grads: before data()
+    float* sum = s.grads.data() + at * width;
     for (uint32_t j = 0; j < width; ++j) sum[j] += g[j];
   }
+  floats_ += s.grads.size() - before;
 }
 
 void MergedRounds::add_dense(int64_t clock, uint32_t worker, uint32_t table, uint64_t first_row, uint64_t rows,

@@ -22,7 +22,6 @@
 #include <map>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 namespace parafab::ps {
@@ -56,10 +55,16 @@ class MergedRounds {
   size_t floats() const { return floats_; }
 
  private:
+  // A table's sums in a round: keys in first-arrival order, and an
+  // open-addressing index over them (linear probing on mix64(key), at most
+  // half full; 1 + the key's position, 0 empty): one probe a key, no
+  // allocation per key (std::unordered_map measured 63 ns a key).
   struct SparseSum {
-    std::unordered_map<uint64_t, uint32_t> position;  // key -> index in keys
+    std::vector<uint32_t> index;
     std::vector<uint64_t> keys;
     std::vector<float> grads;  // keys.size() x width
+    // The key's position in keys, appending it (with zero gradients) when new.
+    uint32_t position(uint64_t key, uint32_t width);
   };
   struct DenseSum {
     uint32_t table = 0;

@@ -63,6 +63,38 @@ TEST(MergedRounds, SparsePushesAreSummedPerRoundTableAndKey) {
   EXPECT_EQ(rounds.floats(), 0u);
 }
 
+// Small pushes into one round until its index has grown several times
+// (sized for the first push): every key's sum survives the re-indexing.
+TEST(MergedRounds, ARoundThatOutgrowsItsIndexKeepsEverySum) {
+  MergedRounds rounds;
+  std::map<uint64_t, double> ref;
+  std::vector<uint64_t> order;
+  std::mt19937_64 rng(9);
+  for (int push = 0; push < 1000; ++push) {
+    std::vector<uint64_t> keys(10);
+    std::vector<float> grads(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      keys[i] = rng() % 20000;  // about 8000 distinct keys in all
+      grads[i] = static_cast<float>(rng() % 7) - 3.0f;
+      if (ref.try_emplace(keys[i], 0.0).second) order.push_back(keys[i]);
+      ref[keys[i]] += grads[i];
+    }
+    rounds.add_sparse(0, static_cast<uint32_t>(push % 3), 0, keys, grads.data(), 1);
+  }
+  EXPECT_EQ(rounds.floats(), ref.size());
+  size_t seen = 0;
+  const MergedRounds::Sink sink{
+      [&](uint32_t, std::span<const uint64_t> keys, const float* grads) {
+        EXPECT_EQ(std::vector<uint64_t>(keys.begin(), keys.end()), order);
+        for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(grads[i], ref.at(keys[i])) << "key " << keys[i];
+        seen += keys.size();
+      },
+      [](uint32_t, uint64_t, uint64_t, const float*) { ADD_FAILURE() << "no dense push was made"; }};
+  EXPECT_EQ(rounds.take_before(1, sink), 1u);
+  EXPECT_EQ(seen, ref.size());
+  EXPECT_GT(seen, 4000u);  // well past the first index's 1024 slots
+}
+
 TEST(MergedRounds, DenseRangesAreSummedOnlyWithTheSameRows) {
   MergedRounds rounds;
   rounds.add_dense(3, 0, 7, 0, 2, std::vector<float>{1, 2, 3, 4}.data(), 2);

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "apps/acknowledged_pushes_report.h"
@@ -117,7 +117,6 @@ worker::SlotMap partition_slot_map(int hash_bits) {
                          uint64_t{1} << (hash_bits > 0 ? hash_bits : worker::SlotMap::kDefaultHashBits)};
 }
 
-// The job's live workers (their indices), from the scheduler's notices of death.
 // --batch-size is the job's minibatch per clock, every model: W workers
 // take 1/W of it each, so one clock of W workers moves the model as one
 // batch of the single process does; under BSP the servers apply the round's
@@ -136,6 +135,7 @@ std::string batch_text(const TrainFlags& flags, uint32_t workers) {
                      : std::to_string(worker_batch_rows(flags, workers));
 }
 
+// The job's live workers (their indices), from the scheduler's notices of death.
 worker::LiveWorkers live_workers_of(const ClusterNode& node) {
   return [&node] {
     const std::vector<uint32_t> dead = node.client->dead_ranks();

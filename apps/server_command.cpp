@@ -104,8 +104,8 @@ int run_server(ServerFlags f) {
     // to it, and learn what it holds of their pushes.
     node.client->rejoin_ready(ps::RestoredPushes{srv.last_push_ids(), srv.worker_bytes_pushed()});
   } else if (!node.map->resume_dir.empty() || f.recover) {
-    restore_from(srv, *node.map, node.map->resume_dir.empty() ? f.checkpoints.dir : node.map->resume_dir,
-                 node.role_rank);
+    // A resumed job's map names the files; --recover alone finds its set in --checkpoint-dir.
+    restore_from(srv, *node.map, f.checkpoints.dir, node.role_rank);
   }
   server = &srv;
   ready = true;

@@ -148,52 +148,56 @@ worker::LiveWorkers live_workers_of(const ClusterNode& node) {
   };
 }
 
-// --partition: the parts of --train whose workers died (under
-// --on-worker-failure continue) that this worker takes over
-// (worker::adopted_parts), asked at each epoch's start; each is read with
-// `read` on first need and kept for the later epochs.
+// The dead workers (under --on-worker-failure continue) whose batches this
+// worker takes over (worker::adopted_parts), asked at each epoch's start:
+// `take(dead, epoch, first)` gives their data, `first` the first time this
+// worker takes `dead` over (it says so, and reads what it needs once).
 template <class Rows>
-worker::AdoptedSource<Rows> adopted_parts_of(const ClusterNode& node, std::function<Rows(uint32_t part)> read) {
-  auto held = std::make_shared<std::map<uint32_t, Rows>>();
-  return [&node, read = std::move(read), held](int epoch) {
-    const uint32_t me = node.role_rank, workers = node.map->num_workers();
-    std::vector<worker::AdoptedData<Rows>> parts;
-    for (const uint32_t part : worker::adopted_parts(live_workers_of(node)(), workers, me)) {
-      auto it = held->find(part);
-      if (it == held->end()) {
-        std::fprintf(stderr, "%s\n",
-                     fmt::format("worker {}: takes over part {}/{} of --train from epoch {} (worker {} is dead)", me,
-                                 part + 1, workers, epoch, part)
-                         .c_str());
-        it = held->emplace(part, read(part)).first;
-      }
-      parts.push_back({part, &it->second});
+using TakeOver = std::function<worker::AdoptedData<Rows>(uint32_t dead, int epoch, bool first)>;
+template <class Rows>
+worker::AdoptedSource<Rows> adopted_source(const ClusterNode& node, TakeOver<Rows> take) {
+  auto taken = std::make_shared<std::set<uint32_t>>();
+  return [&node, take = std::move(take), taken](int epoch) {
+    std::vector<worker::AdoptedData<Rows>> out;
+    for (const uint32_t dead : worker::adopted_parts(live_workers_of(node)(), node.map->num_workers(), node.role_rank)) {
+      out.push_back(take(dead, epoch, taken->insert(dead).second));
     }
-    return parts;
+    return out;
   };
 }
 
-// Without --partition: the shares of --train (held by every worker, `data`)
-// of the workers that died that this worker takes over, asked at each
-// epoch's start, trained in the clocks of its own share.
+// --partition: the dead workers' parts of --train, each read with `read` on
+// first need and kept for the later epochs.
+template <class Rows>
+worker::AdoptedSource<Rows> adopted_parts_of(const ClusterNode& node, std::function<Rows(uint32_t part)> read) {
+  auto held = std::make_shared<std::map<uint32_t, Rows>>();
+  return adopted_source<Rows>(node, [&node, read = std::move(read), held](uint32_t part, int epoch, bool first) {
+    if (first) {
+      const uint32_t workers = node.map->num_workers();
+      std::fprintf(stderr, "%s\n",
+                   fmt::format("worker {}: takes over part {}/{} of --train from epoch {} (worker {} is dead)",
+                               node.role_rank, part + 1, workers, epoch, part)
+                       .c_str());
+      held->emplace(part, read(part));
+    }
+    return worker::AdoptedData<Rows>{part, &held->at(part)};
+  });
+}
+
+// Without --partition: the dead workers' shares of --train, which every
+// worker holds (`data`), trained in the clocks of this worker's own share.
 template <class Rows>
 worker::AdoptedSource<Rows> adopted_shares_of(const ClusterNode& node, const Rows& data) {
-  auto told = std::make_shared<std::set<uint32_t>>();
-  return [&node, &data, told](int epoch) {
-    const uint32_t me = node.role_rank, workers = node.map->num_workers();
-    std::vector<worker::AdoptedData<Rows>> shares;
-    for (const uint32_t dead : worker::adopted_parts(live_workers_of(node)(), workers, me)) {
-      if (told->insert(dead).second) {
-        std::fprintf(stderr, "%s\n",
-                     fmt::format("worker {}: takes over worker {}'s batches of --train from epoch {} (worker {} is "
-                                 "dead), in the clocks of its own",
-                                 me, dead, epoch, dead)
-                         .c_str());
-      }
-      shares.push_back({dead, &data, dead, workers});
+  return adopted_source<Rows>(node, [&node, &data](uint32_t dead, int epoch, bool first) {
+    if (first) {
+      std::fprintf(stderr, "%s\n",
+                   fmt::format("worker {}: takes over worker {}'s batches of --train from epoch {} (worker {} is "
+                               "dead), in the clocks of its own",
+                               node.role_rank, dead, epoch, dead)
+                       .c_str());
     }
-    return shares;
-  };
+    return worker::AdoptedData<Rows>{dead, &data, dead, node.map->num_workers()};
+  });
 }
 
 // train --resume DIR: the clock up to which the checkpoint set in DIR holds

@@ -72,9 +72,7 @@ void check_view(const parafab::worker::DatasetView& v) {
 }
 
 bool same_rows(const parafab::worker::DatasetView& a, const parafab::worker::DatasetView& b) {
-  auto bytes_equal = [](auto x, auto y) {
-    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size_bytes()) == 0);
-  };
+  using parafab::fuzz::bytes_equal;
   return bytes_equal(a.labels, b.labels) && bytes_equal(a.row_ptr, b.row_ptr) && bytes_equal(a.keys, b.keys) &&
          bytes_equal(a.values, b.values);
 }

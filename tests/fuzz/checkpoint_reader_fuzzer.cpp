@@ -67,6 +67,10 @@ void check_consistent(const ShardCheckpoint& c) {
   }
 }
 
+bool same_floats(const std::vector<float>& x, const std::vector<float>& y) {
+  return parafab::fuzz::bytes_equal<float>(x, y);
+}
+
 bool same(const ShardCheckpoint& a, const ShardCheckpoint& b) {
   if (a.server_index != b.server_index || a.num_servers != b.num_servers || a.job_fingerprint != b.job_fingerprint ||
       a.min_clock != b.min_clock || a.written_unix_ms != b.written_unix_ms || a.bytes_pushed != b.bytes_pushed ||
@@ -78,16 +82,14 @@ bool same(const ShardCheckpoint& a, const ShardCheckpoint& b) {
   for (size_t i = 0; i < a.sparse.size(); ++i) {
     const auto &x = a.sparse[i], &y = b.sparse[i];
     if (x.id != y.id || x.width != y.width || x.state_floats != y.state_floats || x.keys != y.keys ||
-        std::memcmp(x.data.data(), y.data.data(), x.data.size() * sizeof(float)) != 0 || x.data.size() != y.data.size()) {
+        !same_floats(x.data, y.data)) {
       return false;
     }
   }
   for (size_t i = 0; i < a.dense.size(); ++i) {
     const auto &x = a.dense[i], &y = b.dense[i];
     if (x.id != y.id || x.width != y.width || x.begin_row != y.begin_row || x.end_row != y.end_row ||
-        x.values.size() != y.values.size() || x.state.size() != y.state.size() ||
-        std::memcmp(x.values.data(), y.values.data(), x.values.size() * sizeof(float)) != 0 ||
-        std::memcmp(x.state.data(), y.state.data(), x.state.size() * sizeof(float)) != 0) {
+        !same_floats(x.values, y.values) || !same_floats(x.state, y.state)) {
       return false;
     }
   }

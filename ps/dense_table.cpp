@@ -10,7 +10,7 @@ namespace parafab::ps {
 namespace {
 
 constexpr size_t kRegionAlign = 4096;  // page-aligned: what memory registration likes best
-constexpr size_t kValuesOffset = 64;   // the version word's cache line, then the values
+constexpr size_t kValuesOffset = 64;   // the version and clock words' cache line, then the values
 
 std::string range_text(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
@@ -40,6 +40,7 @@ DenseTable::DenseTable(const TableSchema& schema, uint64_t begin_row, uint64_t e
   region_bytes_ = kValuesOffset + value_count_ * sizeof(float);
   region_.reset(static_cast<unsigned char*>(::operator new(region_bytes_, std::align_val_t{kRegionAlign})));
   version_ = new (region_.get()) std::atomic<uint64_t>(0);
+  clock_ = new (region_.get() + kClockWordOffset) std::atomic<int64_t>(0);
   values_ = reinterpret_cast<float*>(region_.get() + kValuesOffset);
   state_.resize(static_cast<size_t>(rows) * state_floats_);
   // Rows are keyed by their global index, so every server (and a later

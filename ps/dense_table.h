@@ -28,6 +28,12 @@
 // next; version_word() and values() both lie in region(), one allocation
 // that can be registered once.
 //
+// Beside the version word the region holds a clock word (at
+// kClockWordOffset) that the owner publishes for one-sided readers: the
+// server writes its minimum worker clock there after it has applied every
+// update of the iterations before it, so a reader that reads the clock word
+// before the values knows how stale they may be (its SSP bound).
+//
 // Pushes from several threads are serialized by a mutex (the seqlock admits
 // one writer at a time); pull takes the same mutex and never retries.
 #pragma once
@@ -74,6 +80,11 @@ class DenseTable {
   // Even when no push is running; advances by 2 per push.
   uint64_t version() const { return version_->load(std::memory_order_acquire); }
   const std::atomic<uint64_t>* version_word() const { return version_; }
+  // The clock word: 0 until the first publish_clock. A release store, after
+  // the updates it stands for.
+  static constexpr size_t kClockWordOffset = 8;
+  void publish_clock(int64_t clock) { clock_->store(clock, std::memory_order_release); }
+  int64_t published_clock() const { return clock_->load(std::memory_order_acquire); }
   // The allocation holding the version word (at its start) and the values
   // (at values() - region()): what to register for RMA.
   const void* region() const { return region_.get(); }
@@ -101,6 +112,7 @@ class DenseTable {
   std::unique_ptr<unsigned char, FreeRegion> region_;
   size_t region_bytes_ = 0;
   std::atomic<uint64_t>* version_ = nullptr;  // inside region_
+  std::atomic<int64_t>* clock_ = nullptr;     // inside region_, at kClockWordOffset
   float* values_ = nullptr;                   // inside region_, 64-byte aligned
   std::vector<float> state_;
   mutable std::mutex writer_;

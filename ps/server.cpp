@@ -199,6 +199,7 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
     if (to > 0) (void)clocks_.tick(w, to);
   }
   last_checkpoint_clock_ = clocks_.min_clock();
+  publish_min_clock();
   stats_.bytes_pushed_restored = c.bytes_pushed;
   // The same worker processes go on numbering their requests after a
   // rejoin; a resumed job's workers are new and number theirs from 1.
@@ -348,6 +349,10 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       k[kRegionLength] = key.length;
       k[kRegionValuesOffset] = static_cast<uint64_t>(reinterpret_cast<const std::byte*>(t.values()) -
                                                      static_cast<const std::byte*>(t.region()));
+      k[kRegionClockOffset] = DenseTable::kClockWordOffset;
+      k[kRegionStaleness] = options_.consistency.kind == ConsistencyModel::Kind::kAsp
+                                ? kRegionNoBound
+                                : static_cast<uint64_t>(options_.consistency.staleness);
       WireHeader r;
       r.op = Op::kDenseRegionReply;
       r.table = h.table;
@@ -361,6 +366,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
     case Op::kDensePull:
       if (!options_.consistency.allows(h.clock, clocks_.min_clock())) {
         ++stats_.parked;
+        if (on_pull_parked) on_pull_parked(worker, h.clock, clocks_.min_clock());
         parked_.push_back({message, h.clock});
         stats_.parked_now = parked_.size();
         return;
@@ -394,6 +400,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
         // The rounds every live worker has now ended go in before the pulls
         // this tick releases read the table.
         apply_rounds_before(clocks_.min_clock());
+        publish_min_clock();
         answer_parked();
       }
       return;
@@ -464,6 +471,7 @@ void Server::remove_worker(uint32_t worker_index) {
   clocks_.remove(worker_index);
   // Its pushes of the rounds it did not end stay in them.
   apply_rounds_before(clocks_.min_clock());
+  publish_min_clock();
   answer_parked();
 }
 
@@ -479,6 +487,14 @@ void Server::apply_rounds_before(int64_t clock, bool early) {
   const size_t n = rounds_.take_before(clock, sink);
   stats_.rounds_applied += n;
   if (early) stats_.rounds_applied_early += n;
+}
+
+void Server::publish_min_clock() {
+  // After the updates it stands for (the rounds before it are applied, and
+  // without rounds every push was applied when it arrived, before the ticks
+  // that follow it): one-sided readers check their SSP bound against it.
+  const int64_t m = clocks_.min_clock();
+  for (auto& [id, t] : dense_) t->publish_clock(m);
 }
 
 void Server::remove_worker_later(uint32_t worker_index) {

@@ -120,6 +120,8 @@ class Server {
   DenseTable* dense_table(uint32_t id);
   // Called for every pull answered: the puller, its clock, the minimum then.
   std::function<void(uint32_t worker_index, int64_t pull_clock, int64_t min_clock)> on_pull_answered;
+  // Called on the serving thread when a pull is parked (the same arguments).
+  std::function<void(uint32_t worker_index, int64_t pull_clock, int64_t min_clock)> on_pull_parked;
 
  private:
   struct Parked {
@@ -137,6 +139,9 @@ class Server {
   // BSP: applies the merged rounds before `clock` (every one: INT64_MAX);
   // `early`: before every live worker ended them (counted).
   void apply_rounds_before(int64_t clock, bool early = false);
+  // Writes the minimum worker clock into every dense shard's clock word
+  // (DenseTable::publish_clock), for one-sided readers.
+  void publish_min_clock();
   void checkpoint_if_due();
   // A push whose request id this worker's pushes already passed; else
   // records the id as the last applied.

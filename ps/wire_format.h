@@ -45,11 +45,24 @@ enum class Op : uint8_t {
 };
 
 // The keys of a kDenseRegionReply: the shard's rows and the registered
-// region (rdma::RemoteKey fields) holding a seqlock version word at byte 0
-// and the rows' values from byte `values_offset`.
+// region (rdma::RemoteKey fields) holding a seqlock version word at byte 0,
+// the server's published minimum worker clock (int64) at byte
+// `clock_offset`, and the rows' values from byte `values_offset`; and the
+// server's staleness bound s (0 under BSP, kRegionNoBound under ASP), so
+// that a one-sided reader at clock c keeps what it read only when the
+// published clock is >= c - s, as the server would answer a pull.
 enum DenseRegionKeys : size_t {
-  kRegionBeginRow, kRegionEndRow, kRegionAddress, kRegionKey, kRegionLength, kRegionValuesOffset, kRegionKeyCount
+  kRegionBeginRow,
+  kRegionEndRow,
+  kRegionAddress,
+  kRegionKey,
+  kRegionLength,
+  kRegionValuesOffset,
+  kRegionClockOffset,
+  kRegionStaleness,
+  kRegionKeyCount
 };
+inline constexpr uint64_t kRegionNoBound = ~uint64_t{0};
 const char* to_string(Op op);
 
 // Flag bits.

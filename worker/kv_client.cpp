@@ -14,6 +14,10 @@ using Clock = std::chrono::steady_clock;
 
 rdma::ByteBuffer as_buffer(const std::vector<std::byte>& v) { return rdma::ByteBuffer(v.begin(), v.end()); }
 
+// dense_read reads the words before a shard's clock word with it, in one
+// small read; a region that puts the clock further out is refused.
+constexpr uint64_t kMaxClockOffset = 56;
+
 std::future<rdma::Status> ready(rdma::Status s) {
   std::promise<rdma::Status> p;
   p.set_value(std::move(s));
@@ -150,6 +154,10 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
 
 void KvClient::finish(std::unique_ptr<Pending> done) {
   if (done->reply_keys_out) *done->reply_keys_out = std::move(done->reply_keys);
+  if (done->request_op == ps::Op::kDensePush) {
+    std::lock_guard lock(dense_pushes_mu_);
+    --dense_pushes_in_flight_[done->table];
+  }
   if (done->error.ok() && done->out != nullptr) {
     for (auto [row, copy] : done->duplicates) {
       std::memcpy(done->out + uint64_t{copy} * done->width, done->out + uint64_t{row} * done->width,
@@ -312,10 +320,21 @@ std::future<rdma::Status> KvClient::dense_push(uint32_t table, uint64_t first_ro
     p->messages[map_.server_rank(s)] = as_buffer(
         ps::encode_message(h, range, grads.subspan((b - first_row) * schema.width, (e - b) * schema.width)));
   }
+  {
+    std::lock_guard lock(dense_pushes_mu_);
+    ++dense_pushes_in_flight_[table];
+  }
   return start(std::move(p));
 }
 
-std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out) {
+bool KvClient::dense_push_in_flight(uint32_t table) {
+  std::lock_guard lock(dense_pushes_mu_);
+  const auto it = dense_pushes_in_flight_.find(table);
+  return it != dense_pushes_in_flight_.end() && it->second > 0;
+}
+
+std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
+                                               int64_t* data_clock) {
   const ps::TableSchema& schema = map_.table(table);
   if (schema.kind != ps::TableKind::kDense) return ready({rdma::StatusCode::kInvalidArgument, "dense_pull from a sparse table"});
   if (first_row > schema.rows || rows > schema.rows - first_row) {
@@ -329,6 +348,8 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
   p->table = table;
   p->width = schema.width;
   p->out = out;
+  p->data_clock = data_clock;
+  if (data_clock != nullptr) *data_clock = std::numeric_limits<int64_t>::max();
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
     const uint64_t b = std::max(r.begin, first_row), e = std::min(r.end, first_row + rows);
@@ -395,12 +416,23 @@ rdma::Status KvClient::dense_region(uint32_t table, uint32_t server, DenseRegion
   out.end_row = (*keys)[ps::kRegionEndRow];
   out.values_offset = (*keys)[ps::kRegionValuesOffset];
   out.key = rdma::RemoteKey{(*keys)[ps::kRegionAddress], (*keys)[ps::kRegionKey], (*keys)[ps::kRegionLength]};
+  out.clock_offset = (*keys)[ps::kRegionClockOffset];
+  out.staleness = (*keys)[ps::kRegionStaleness];
+  if (out.clock_offset % 8 != 0 || out.clock_offset < 8 || out.clock_offset > kMaxClockOffset ||
+      out.clock_offset + 8 > out.values_offset || out.values_offset > out.key.length) {
+    return rdma::Status(rdma::StatusCode::kPeerError,
+                        "server " + std::to_string(server) + " sent a region whose clock word (byte " +
+                            std::to_string(out.clock_offset) + ") or values (byte " +
+                            std::to_string(out.values_offset) + ") do not fit its " +
+                            std::to_string(out.key.length) + " bytes");
+  }
   std::lock_guard lock(regions_mu_);
   regions_[{table, server}] = out;
   return {};
 }
 
-rdma::Status KvClient::dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out) {
+rdma::Status KvClient::dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
+                                  int64_t* data_clock) {
   const ps::TableSchema& schema = map_.table(table);
   if (schema.kind != ps::TableKind::kDense) return {rdma::StatusCode::kInvalidArgument, "dense_read of a sparse table"};
   if (first_row > schema.rows || rows > schema.rows - first_row) {
@@ -411,33 +443,62 @@ rdma::Status KvClient::dense_read(uint32_t table, uint64_t first_row, uint64_t r
   if (!endpoint_.supports_rma()) {
     return {rdma::StatusCode::kUnsupported, "dense_read: provider '" + endpoint_.provider().provider + "' has no FI_RMA"};
   }
+  if (data_clock != nullptr) *data_clock = std::numeric_limits<int64_t>::max();
   const uint64_t row_bytes = uint64_t{schema.width} * sizeof(float);
+  const int64_t my_clock = clock_.load();
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
     const uint64_t b = std::max(r.begin, first_row), e = std::min(r.end, first_row + rows);
     if (b >= e) continue;
+    const uint32_t server = map_.server_rank(s);
     DenseRegion region;
-    if (rdma::Status st = dense_region(table, map_.server_rank(s), region); !st.ok()) return st;
+    if (rdma::Status st = dense_region(table, server, region); !st.ok()) return st;
     if (b < region.begin_row || e > region.end_row) {
       return {rdma::StatusCode::kPeerError, "server " + std::to_string(s) + " holds rows [" +
                                                 std::to_string(region.begin_row) + ", " +
                                                 std::to_string(region.end_row) + "), not the map's"};
     }
     float* dst = out + (b - first_row) * schema.width;
+    // What the server would answer a message pull with: by message, then.
+    auto pull_by_message = [&]() -> rdma::Status {
+      dense_read_fallbacks_.fetch_add(1);
+      int64_t clock = 0;
+      auto f = dense_pull(table, b, e - b, dst, &clock);
+      if (rdma::Status st = f.get(); !st.ok()) return st;
+      if (data_clock != nullptr) *data_clock = std::min(*data_clock, clock);
+      return {};
+    };
+    if (dense_push_in_flight(table)) {
+      if (rdma::Status st = pull_by_message(); !st.ok()) return st;
+      continue;
+    }
     const uint64_t offset = region.values_offset + (b - region.begin_row) * row_bytes;
-    // Seqlock read: version, values, version; keep the values only if the
-    // version was even and did not move (DenseTable's pairing, done as three
-    // RMA reads each completed before the next starts).
+    // Seqlock read: {version, clock}, values, version; keep the values only
+    // if the version was even and did not move (DenseTable's pairing, done
+    // as RMA reads each completed before the next starts). The clock is read
+    // before the values, so they hold every update it stands for.
+    bool by_message = false;
     for (int attempt = 0;; ++attempt) {
-      alignas(8) uint64_t v1 = 0, v2 = 0;
-      auto f1 = endpoint_.read(map_.server_rank(s), &v1, sizeof v1, region.key, 0);
+      alignas(8) uint64_t head[kMaxClockOffset / 8 + 1] = {};
+      alignas(8) uint64_t v2 = 0;
+      auto f1 = endpoint_.read(server, head, region.clock_offset + 8, region.key, 0);
       if (rdma::Status st = endpoint_.wait(f1); !st.ok()) return st;
+      const uint64_t v1 = head[0];
+      const auto published = static_cast<int64_t>(head[region.clock_offset / 8]);
+      if (region.staleness != ps::kRegionNoBound &&
+          published < my_clock - static_cast<int64_t>(std::min<uint64_t>(region.staleness, uint64_t{1} << 62))) {
+        by_message = true;  // beyond the bound: the server parks a message pull until it holds
+        break;
+      }
       if ((v1 & 1) == 0) {
-        auto f2 = endpoint_.read(map_.server_rank(s), dst, (e - b) * row_bytes, region.key, offset);
+        auto f2 = endpoint_.read(server, dst, (e - b) * row_bytes, region.key, offset);
         if (rdma::Status st = endpoint_.wait(f2); !st.ok()) return st;
-        auto f3 = endpoint_.read(map_.server_rank(s), &v2, sizeof v2, region.key, 0);
+        auto f3 = endpoint_.read(server, &v2, sizeof v2, region.key, 0);
         if (rdma::Status st = endpoint_.wait(f3); !st.ok()) return st;
-        if (v1 == v2) break;
+        if (v1 == v2) {
+          if (data_clock != nullptr) *data_clock = std::min(*data_clock, published);
+          break;
+        }
       }
       dense_read_retries_.fetch_add(1);
       if (attempt >= 10000) {
@@ -445,6 +506,9 @@ rdma::Status KvClient::dense_read(uint32_t table, uint64_t first_row, uint64_t r
                                                  "'s shard kept changing during 10000 read attempts"};
       }
       std::this_thread::yield();
+    }
+    if (by_message) {
+      if (rdma::Status st = pull_by_message(); !st.ok()) return st;
     }
   }
   return {};

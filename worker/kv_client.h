@@ -67,14 +67,22 @@ class KvClient {
   std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
                                  int64_t* data_clock = nullptr);
   std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows, std::span<const float> grads);
-  std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out);
-  // One-sided read of dense rows straight from the servers' registered
-  // shards (providers with FI_RMA), no server CPU involved. Each shard is
-  // read as version, rows, version, and read again while a push was running
-  // (odd or changed version): a torn read is never returned. It sees the
-  // latest values, so it does not wait for the SSP bound as dense_pull
-  // does: use it under ASP, or after a barrier. Blocking.
-  rdma::Status dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out);
+  // data_clock as pull's.
+  std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
+                                       int64_t* data_clock = nullptr);
+  // The same rows read one-sided, straight from the servers' registered
+  // shards (providers with FI_RMA): no server thread takes part. Each shard
+  // is read as {version, published clock}, rows, version, and read again
+  // while a push was running (odd or changed version): a torn read is never
+  // returned. The consistency is dense_pull's: a shard whose published
+  // clock (the server's minimum worker clock, every update before it
+  // applied) is below this worker's clock minus the server's bound, or to
+  // which a dense push of this worker to the table is still unanswered
+  // (read-my-writes), is pulled with a message instead, which the server
+  // answers after that push and within the bound (dense_read_fallbacks()).
+  // data_clock as pull's. Blocking; kUnsupported without FI_RMA.
+  rdma::Status dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
+                          int64_t* data_clock = nullptr);
   // Finishes this worker's current iteration: ticks its clock on every server.
   std::future<rdma::Status> clock();
   // This worker will push no more: its clock on every server jumps to
@@ -109,6 +117,8 @@ class KvClient {
   std::vector<uint64_t> acked_push_bytes() const;
   // Attempts of dense_read that met a concurrent push and were retried.
   uint64_t dense_read_retries() const { return dense_read_retries_.load(); }
+  // Shards dense_read pulled with a message instead (bound or read-my-writes).
+  uint64_t dense_read_fallbacks() const { return dense_read_fallbacks_.load(); }
 
  private:
   struct Pending;
@@ -144,13 +154,19 @@ class KvClient {
   std::vector<uint64_t> acked_push_bytes_, lost_push_bytes_;
 
   struct DenseRegion {
-    uint64_t begin_row = 0, end_row = 0, values_offset = 0;
+    uint64_t begin_row = 0, end_row = 0, values_offset = 0, clock_offset = 0;
+    uint64_t staleness = ps::kRegionNoBound;  // the server's bound s
     rdma::RemoteKey key;
   };
   rdma::Status dense_region(uint32_t table, uint32_t server, DenseRegion& out);
   std::mutex regions_mu_;
   std::map<std::pair<uint32_t, uint32_t>, DenseRegion> regions_;  // (table, server rank)
   std::atomic<uint64_t> dense_read_retries_{0};
+  std::atomic<uint64_t> dense_read_fallbacks_{0};
+  // Unanswered dense pushes by table (dense_read's read-my-writes).
+  std::mutex dense_pushes_mu_;
+  std::map<uint32_t, uint32_t> dense_pushes_in_flight_;
+  bool dense_push_in_flight(uint32_t table);
 
   std::atomic<bool> stop_{false};
   std::thread receiver_;

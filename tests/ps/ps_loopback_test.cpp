@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <future>
 #include <cmath>
 #include <map>
 #include <set>
@@ -206,6 +208,114 @@ TEST_P(PsLoopback, OneSidedDenseReadsAreNeverTorn) {
   EXPECT_GT(pulled[0], 0.0f);
   std::printf("one-sided reads retried %llu times during %d reads under pushes\n",
               static_cast<unsigned long long>(job.worker(0).dense_read_retries()), reads);
+}
+
+// A one-sided read keeps dense_pull's consistency: it sees this worker's own
+// pushes, and beyond the SSP bound it waits as a message pull would.
+TEST_P(PsLoopback, OneSidedReadsSeeTheirOwnPushesAndKeepTheSspBound) {
+  constexpr uint64_t kRows = 8;
+  constexpr uint32_t kWidth = 4;
+  Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("ssp:1"));
+  std::mutex mu;
+  std::condition_variable cv;
+  int parked = 0;
+  std::vector<std::tuple<uint32_t, int64_t, int64_t>> answered;  // worker, pull clock, min clock
+  for (uint32_t srv = 0; srv < 2; ++srv) {
+    job.server(srv).on_pull_parked = [&](uint32_t, int64_t, int64_t) {
+      std::lock_guard lock(mu);
+      ++parked;
+      cv.notify_all();
+    };
+    job.server(srv).on_pull_answered = [&](uint32_t w, int64_t c, int64_t min) {
+      std::lock_guard lock(mu);
+      answered.emplace_back(w, c, min);
+    };
+  }
+  job.start();
+  KvClient& w0 = job.worker(0);
+  std::vector<float> out(kRows * kWidth);
+  int64_t data_clock = -1;
+  const rdma::Status probe = w0.dense_read(2, 0, kRows, out.data(), &data_clock);
+  if (probe.code() == rdma::StatusCode::kUnsupported) GTEST_SKIP() << probe.to_string();
+  ASSERT_TRUE(probe.ok()) << probe.to_string();
+  EXPECT_EQ(data_clock, 0);
+  EXPECT_EQ(w0.dense_read_fallbacks(), 0u);
+
+  // Read-my-writes: a push whose reply may not be in yet is seen.
+  std::vector<float> g(kRows * kWidth);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = -static_cast<float>(i % 7 + 1);  // SGD lr 1: value -= g
+  auto pushed = w0.dense_push(2, 0, kRows, g);
+  ASSERT_TRUE(w0.dense_read(2, 0, kRows, out.data()).ok());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(out[i], -g[i]) << "float " << i;
+  ASSERT_TRUE(pushed.get().ok());
+  // Answered: read one-sided, no server thread involved.
+  const uint64_t before = w0.dense_read_fallbacks();
+  ASSERT_TRUE(w0.dense_read(2, 0, kRows, out.data()).ok());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(out[i], -g[i]) << "float " << i;
+  EXPECT_EQ(w0.dense_read_fallbacks(), before);
+  {
+    std::lock_guard lock(mu);
+    answered.clear();
+  }
+
+  // Worker 0 runs two clocks ahead of worker 1, beyond ssp:1's bound: its
+  // read waits, parked at server 0 (shards are read in turn), until worker
+  // 1 ticks. Server 1's shard is then read either way: by message, or
+  // one-sided once server 1 has published the new minimum.
+  ASSERT_TRUE(w0.clock().get().ok());
+  ASSERT_TRUE(w0.clock().get().ok());
+  auto read = std::async(std::launch::async, [&] { return w0.dense_read(2, 0, kRows, out.data(), &data_clock); });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return parked >= 1; }))
+        << "the read beyond the bound was not parked";
+  }
+  ASSERT_TRUE(job.worker(1).clock().get().ok());
+  const rdma::Status st = read.get();
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(data_clock, 1);
+  const uint64_t fallbacks = w0.dense_read_fallbacks() - before;
+  EXPECT_TRUE(fallbacks == 1 || fallbacks == 2) << fallbacks;
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(out[i], -g[i]) << "float " << i;
+  std::lock_guard lock(mu);
+  EXPECT_EQ(parked, 1);
+  ASSERT_EQ(answered.size(), fallbacks);
+  for (auto [w, c, min] : answered) {
+    EXPECT_EQ(w, 0u);
+    EXPECT_EQ(c, 2);
+    EXPECT_EQ(min, 1);
+  }
+}
+
+// Under BSP a round is applied when every worker ended it; a one-sided read
+// of the next clock sees the whole round, whichever path it took.
+TEST_P(PsLoopback, OneSidedReadsUnderBspSeeWholeRounds) {
+  constexpr uint64_t kRows = 6;
+  constexpr uint32_t kWidth = 3;
+  Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("bsp"));
+  job.start();
+  std::vector<float> out(kRows * kWidth);
+  const rdma::Status probe = job.worker(0).dense_read(2, 0, kRows, out.data());
+  if (probe.code() == rdma::StatusCode::kUnsupported) GTEST_SKIP() << probe.to_string();
+  ASSERT_TRUE(probe.ok()) << probe.to_string();
+  std::vector<float> want(kRows * kWidth, 0.0f);
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t w = 0; w < 2; ++w) {
+      std::vector<float> g(kRows * kWidth);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i + 3 * w + round) % 5) - 2.0f;
+      for (size_t i = 0; i < g.size(); ++i) want[i] -= g[i];
+      ASSERT_TRUE(job.worker(w).dense_push(2, 0, kRows, g).get().ok());
+    }
+    auto c0 = job.worker(0).clock();
+    ASSERT_TRUE(job.worker(1).clock().get().ok());
+    ASSERT_TRUE(c0.get().ok());
+    for (uint32_t w = 0; w < 2; ++w) {
+      int64_t data_clock = -1;
+      ASSERT_TRUE(job.worker(w).dense_read(2, 0, kRows, out.data(), &data_clock).ok());
+      EXPECT_EQ(data_clock, round + 1);
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out[i], want[i]) << "round " << round << " float " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, PsLoopback, ::testing::Values("tcp;ofi_rxm", "shm"),

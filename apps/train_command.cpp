@@ -67,6 +67,7 @@ struct TrainFlags {
   uint32_t dense_features = 0;
   float dense_lr = 1e-3f;
   bool staleness_aware = false;
+  std::string dense_reads = "auto";  // dnn distributed: how the MLP is pulled
   std::string metrics_out;
   double eval_interval = 0;
   double slow_ms = 0;  // per batch, the last worker only: the staleness study's straggler
@@ -124,6 +125,23 @@ worker::SlotMap partition_slot_map(int hash_bits) {
 // at 2 x 2: 256 rows a worker ended 1.8% above one process's held-out loss,
 // 128 a worker 0.5%; lr/svm with a whole batch a worker at 3 workers under
 // BSP 1.1% above, the round being three batches in one step.)
+// --dense-reads: whether the dnn's MLP is read one-sided from the servers'
+// shards (KvClient::dense_read) rather than pulled with messages.
+bool one_sided_dense_reads(const std::string& mode, const rdma::Endpoint& ep) {
+  const std::string& name = ep.provider().provider;
+  if (mode == "message") return false;
+  if (mode == "one-sided") {
+    if (!ep.supports_rma()) {
+      throw std::invalid_argument("--dense-reads one-sided: provider '" + name + "' has no FI_RMA");
+    }
+    return true;
+  }
+  // auto: where the provider reads remote memory itself. tcp;ofi_rxm
+  // emulates RMA with messages, three round trips a read.
+  const bool native = name.starts_with("shm") || name.starts_with("verbs") || name.starts_with("efa");
+  return native && ep.supports_rma();
+}
+
 uint64_t job_batch_rows(const TrainFlags& flags) {
   return flags.batch_option != nullptr && flags.batch_option->count() > 0 ? flags.opt.batch_rows : 256;
 }
@@ -568,6 +586,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   std::unique_ptr<worker::ParameterStore> store;
   uint32_t w = 0, workers = 1;
   uint64_t skip_clocks = 0;
+  bool one_sided_mlp = false;  // --dense-reads
   if (distributed) {
     node.emplace(join_cluster(flags.cluster, ps::Role::kWorker, {}, spec.tables(map), flags.resume));
     const std::vector<ps::TableSchema> want = spec.tables(map);
@@ -583,7 +602,8 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     attached = node->attach(*kv);
     acked.emplace(node->role_rank, *kv);
     skip_clocks = resume_clock(flags.resume, *node, *kv);
-    store = std::make_unique<worker::RemoteStore>(*kv, *node->map);
+    one_sided_mlp = flags.model == "dnn" && one_sided_dense_reads(flags.dense_reads, *node->endpoint);
+    store = std::make_unique<worker::RemoteStore>(*kv, *node->map, one_sided_mlp);
     w = node->role_rank;
     workers = node->map->num_workers();
   } else {
@@ -630,8 +650,11 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                            spec.describe(), spec.hyper.sparse_lr, flags.model == "dnn" ? fmt::format(", MLP Adam {}", flags.dense_lr) : "",
                            batch_text(flags, workers),
                            mo.epochs,
-                           distributed ? fmt::format("pull-ahead {}, staleness-aware {}", mo.pull_ahead ? "on" : "off",
-                                                     mo.staleness_aware ? "on" : "off")
+                           distributed ? fmt::format("pull-ahead {}, staleness-aware {}{}", mo.pull_ahead ? "on" : "off",
+                                                     mo.staleness_aware ? "on" : "off",
+                                                     flags.model != "dnn" ? ""
+                                                     : one_sided_mlp       ? ", MLP read one-sided"
+                                                                           : ", MLP read by message")
                                        : std::string("sequential minibatches"),
                            kernels::backend_description())
                    .c_str());
@@ -711,6 +734,13 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                  "[0..%zu]: %s; mean step scale %.3f\n",
                  w, eps, ks.push_bytes / 1e6, ks.pull_bytes / 1e6, static_cast<unsigned long long>(ks.requests), last,
                  hist.c_str(), st.mean_scale);
+    if (one_sided_mlp) {
+      std::fprintf(stderr, "worker %u: MLP shards read one-sided %llu times, pulled by message %llu times (beyond the "
+                   "bound, or its own push not yet answered), %llu reads retried under a push\n",
+                   w, static_cast<unsigned long long>(kv->dense_read_shards()),
+                   static_cast<unsigned long long>(kv->dense_read_fallbacks()),
+                   static_cast<unsigned long long>(kv->dense_read_retries()));
+    }
     report_rejoins(w, ks);
     // Nodes the scheduler declared dead during the job, by rank.
     std::string dead;
@@ -760,6 +790,12 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--dense-lr", flags->dense_lr, "dnn: Adam step of the MLP")->capture_default_str();
   cmd->add_flag("--staleness-aware", flags->staleness_aware,
                 "fm, dnn distributed: scale each gradient by 1/staleness of the parameters it used (Zhang et al. 2016)");
+  cmd->add_option("--dense-reads", flags->dense_reads,
+                  "dnn distributed: how workers read the MLP: one-sided (RMA reads of the servers' shards, no server "
+                  "thread involved, the same consistency), message, or auto (one-sided where the provider reads "
+                  "remote memory itself: shm, verbs, efa; messages over tcp, whose RMA is emulated)")
+      ->check(CLI::IsMember({"auto", "one-sided", "message"}))
+      ->capture_default_str();
   cmd->add_option("--metrics-out", flags->metrics_out,
                   "fm, dnn: JSON lines of progress, held-out evaluations and a summary (under a job: worker 0's, or "
                   "each worker's where the path holds %r, the worker index)");

@@ -279,6 +279,11 @@ class KvCases {
     if (o_.window > 1) {
       for (size_t s : o_.dense_sizes) dense_pull(s, o_.window);
     }
+    if (job.endpoint(0).supports_rma()) {
+      for (size_t s : o_.dense_sizes) dense_pull(s, 1, /*one_sided=*/true);
+    } else {
+      log_ << fmt::format("{} dense_read: skipped, the provider has no FI_RMA\n", provider_);
+    }
     sparse_push_present();
     sparse_pull();
     sparse_push_insert();
@@ -349,7 +354,10 @@ class KvCases {
                {"apply_mb_per_s", applies * static_cast<double>(bytes) / apply_s / 1e6}});
   }
 
-  void dense_pull(size_t bytes, int window) {
+  // Message pulls, `window` in flight; or, one_sided, KvClient::dense_read
+  // (one-sided RMA reads of the shards, blocking: one at a time).
+  void dense_pull(size_t bytes, int window, bool one_sided = false) {
+    const std::string name = one_sided ? "dense_read" : "dense_pull";
     const uint64_t rows = bytes / kRowBytes;
     const size_t floats = rows * kDenseWidth;
     for (auto& out : out_) out.assign(floats * static_cast<size_t>(window), -1.0f);
@@ -362,7 +370,12 @@ class KvCases {
         q.pop_front();
       }
       const size_t slot = static_cast<size_t>(i % window);
-      q.push_back(job_->worker(w).dense_pull(kDenseTable, 0, rows, out_[w].data() + slot * floats));
+      if (one_sided) {
+        check(job_->worker(w).dense_read(kDenseTable, 0, rows, out_[w].data() + slot * floats),
+              fmt::format("dense_read {}", human_bytes(bytes)));
+      } else {
+        q.push_back(job_->worker(w).dense_pull(kDenseTable, 0, rows, out_[w].data() + slot * floats));
+      }
       last[w] = static_cast<int>(slot);
     };
     auto drain = [&](uint32_t w) {
@@ -375,7 +388,7 @@ class KvCases {
         const float* got = out_[w].data() + static_cast<size_t>(last[w]) * floats;
         const auto at = std::mismatch(got, got + floats, expected_dense_.data()).first - got;
         if (at != static_cast<ptrdiff_t>(floats)) {
-          throw CaseFailure(1, fmt::format("dense_pull {} ({} pull of worker {}): float {} (row {}) is {}, want {}",
+          throw CaseFailure(1, fmt::format("{} {} ({} pull of worker {}): float {} (row {}) is {}, want {}", name,
                                            human_bytes(bytes), which, w, at, at / kDenseWidth, got[at],
                                            expected_dense_[static_cast<size_t>(at)]));
         }
@@ -387,7 +400,13 @@ class KvCases {
     run_workers(o_.workers, warmup(std::max(1, window - 1)), op, drain);
     const Timing t = run_workers(o_.workers, budget(), op, drain);
     verify("last");
-    add_dense("dense_pull", bytes, window, t);
+    std::vector<std::pair<std::string, double>> extra;
+    if (one_sided) {
+      uint64_t fallbacks = 0;
+      for (uint32_t w = 0; w < o_.workers; ++w) fallbacks += job_->worker(w).dense_read_fallbacks();
+      extra.emplace_back("message_fallbacks", static_cast<double>(fallbacks));
+    }
+    add_dense(name, bytes, window, t, extra);
   }
 
   void add_dense(const std::string& base, size_t bytes, int window, const Timing& t,

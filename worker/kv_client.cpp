@@ -433,85 +433,157 @@ rdma::Status KvClient::dense_region(uint32_t table, uint32_t server, DenseRegion
 
 rdma::Status KvClient::dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
                                   int64_t* data_clock) {
-  const ps::TableSchema& schema = map_.table(table);
-  if (schema.kind != ps::TableKind::kDense) return {rdma::StatusCode::kInvalidArgument, "dense_read of a sparse table"};
-  if (first_row > schema.rows || rows > schema.rows - first_row) {
-    return {rdma::StatusCode::kInvalidArgument, "dense_read of rows [" + std::to_string(first_row) + ", +" +
-                                                    std::to_string(rows) + ") on a table of " +
-                                                    std::to_string(schema.rows) + " rows"};
+  const DenseSlice one{table, first_row, rows, out};
+  return dense_read(std::span(&one, 1), data_clock);
+}
+
+rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* data_clock) {
+  for (const DenseSlice& sl : slices) {
+    const ps::TableSchema& schema = map_.table(sl.table);
+    if (schema.kind != ps::TableKind::kDense) {
+      return {rdma::StatusCode::kInvalidArgument, "dense_read of sparse table " + std::to_string(sl.table)};
+    }
+    if (sl.first_row > schema.rows || sl.rows > schema.rows - sl.first_row) {
+      return {rdma::StatusCode::kInvalidArgument, "dense_read of rows [" + std::to_string(sl.first_row) + ", +" +
+                                                      std::to_string(sl.rows) + ") on table " +
+                                                      std::to_string(sl.table) + " of " +
+                                                      std::to_string(schema.rows) + " rows"};
+    }
   }
   if (!endpoint_.supports_rma()) {
     return {rdma::StatusCode::kUnsupported, "dense_read: provider '" + endpoint_.provider().provider + "' has no FI_RMA"};
   }
   if (data_clock != nullptr) *data_clock = std::numeric_limits<int64_t>::max();
-  const uint64_t row_bytes = uint64_t{schema.width} * sizeof(float);
   const int64_t my_clock = clock_.load();
-  for (uint32_t s = 0; s < map_.num_servers(); ++s) {
-    const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
-    const uint64_t b = std::max(r.begin, first_row), e = std::min(r.end, first_row + rows);
-    if (b >= e) continue;
-    const uint32_t server = map_.server_rank(s);
+  // One per (slice, server holding some of its rows); all are read side by
+  // side, a phase at a time.
+  struct Shard {
+    uint32_t table = 0, server = 0;
+    uint64_t begin = 0, end = 0;
+    float* dst = nullptr;
     DenseRegion region;
-    if (rdma::Status st = dense_region(table, server, region); !st.ok()) return st;
-    if (b < region.begin_row || e > region.end_row) {
-      return {rdma::StatusCode::kPeerError, "server " + std::to_string(s) + " holds rows [" +
-                                                std::to_string(region.begin_row) + ", " +
-                                                std::to_string(region.end_row) + "), not the map's"};
-    }
-    float* dst = out + (b - first_row) * schema.width;
-    // What the server would answer a message pull with: by message, then.
-    auto pull_by_message = [&]() -> rdma::Status {
-      dense_read_fallbacks_.fetch_add(1);
-      int64_t clock = 0;
-      auto f = dense_pull(table, b, e - b, dst, &clock);
-      if (rdma::Status st = f.get(); !st.ok()) return st;
-      if (data_clock != nullptr) *data_clock = std::min(*data_clock, clock);
-      return {};
-    };
-    if (dense_push_in_flight(table)) {
-      if (rdma::Status st = pull_by_message(); !st.ok()) return st;
-      continue;
-    }
-    const uint64_t offset = region.values_offset + (b - region.begin_row) * row_bytes;
-    // Seqlock read: {version, clock}, values, version; keep the values only
-    // if the version was even and did not move (DenseTable's pairing, done
-    // as RMA reads each completed before the next starts). The clock is read
-    // before the values, so they hold every update it stands for.
-    bool by_message = false;
-    for (int attempt = 0;; ++attempt) {
-      alignas(8) uint64_t head[kMaxClockOffset / 8 + 1] = {};
-      alignas(8) uint64_t v2 = 0;
-      auto f1 = endpoint_.read(server, head, region.clock_offset + 8, region.key, 0);
-      if (rdma::Status st = endpoint_.wait(f1); !st.ok()) return st;
-      const uint64_t v1 = head[0];
-      const auto published = static_cast<int64_t>(head[region.clock_offset / 8]);
-      if (region.staleness != ps::kRegionNoBound &&
-          published < my_clock - static_cast<int64_t>(std::min<uint64_t>(region.staleness, uint64_t{1} << 62))) {
-        by_message = true;  // beyond the bound: the server parks a message pull until it holds
-        break;
+    uint64_t offset = 0, bytes = 0;  // the rows' place in the region
+    bool read = false, by_message = false;
+    // A small shard is read with the words before it in one read: `whole`
+    // holds [0, offset + bytes); otherwise head holds the words up to the clock.
+    std::vector<uint64_t> whole;
+    alignas(8) uint64_t head[kMaxClockOffset / 8 + 1] = {};
+    alignas(8) uint64_t v2 = 0;
+    std::future<rdma::Status> op;
+    const uint64_t* words() const { return whole.empty() ? head : whole.data(); }
+    uint64_t version() const { return words()[0]; }
+    int64_t published() const { return static_cast<int64_t>(words()[region.clock_offset / 8]); }
+  };
+  std::vector<Shard> shards;
+  for (const DenseSlice& sl : slices) {
+    const ps::TableSchema& schema = map_.table(sl.table);
+    const uint64_t row_bytes = uint64_t{schema.width} * sizeof(float);
+    for (uint32_t s = 0; s < map_.num_servers(); ++s) {
+      const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
+      const uint64_t b = std::max(r.begin, sl.first_row), e = std::min(r.end, sl.first_row + sl.rows);
+      if (b >= e) continue;
+      Shard& sh = shards.emplace_back();
+      sh.table = sl.table;
+      sh.server = map_.server_rank(s);
+      sh.begin = b;
+      sh.end = e;
+      sh.dst = sl.out + (b - sl.first_row) * schema.width;
+      if (rdma::Status st = dense_region(sl.table, sh.server, sh.region); !st.ok()) return st;
+      if (b < sh.region.begin_row || e > sh.region.end_row) {
+        return {rdma::StatusCode::kPeerError, "server " + std::to_string(s) + " holds rows [" +
+                                                  std::to_string(sh.region.begin_row) + ", " +
+                                                  std::to_string(sh.region.end_row) + ") of table " +
+                                                  std::to_string(sl.table) + ", not the map's"};
       }
-      if ((v1 & 1) == 0) {
-        auto f2 = endpoint_.read(server, dst, (e - b) * row_bytes, region.key, offset);
-        if (rdma::Status st = endpoint_.wait(f2); !st.ok()) return st;
-        auto f3 = endpoint_.read(server, &v2, sizeof v2, region.key, 0);
-        if (rdma::Status st = endpoint_.wait(f3); !st.ok()) return st;
-        if (v1 == v2) {
-          if (data_clock != nullptr) *data_clock = std::min(*data_clock, published);
-          break;
-        }
-      }
-      dense_read_retries_.fetch_add(1);
-      if (attempt >= 10000) {
-        return {rdma::StatusCode::kTimedOut, "dense_read: server " + std::to_string(s) +
-                                                 "'s shard kept changing during 10000 read attempts"};
-      }
-      std::this_thread::yield();
-    }
-    if (by_message) {
-      if (rdma::Status st = pull_by_message(); !st.ok()) return st;
+      sh.offset = sh.region.values_offset + (b - sh.region.begin_row) * row_bytes;
+      sh.bytes = (e - b) * row_bytes;
+      // Read-my-writes: a dense push of this worker to the table not
+      // answered yet may not be applied; a message pull is answered after it.
+      sh.by_message = dense_push_in_flight(sl.table);
     }
   }
-  return {};
+  auto wait_all = [&](auto&& which) -> rdma::Status {
+    rdma::Status first;
+    for (Shard& sh : shards) {
+      if (!which(sh) || !sh.op.valid()) continue;
+      const rdma::Status st = endpoint_.wait(sh.op);
+      if (!st.ok() && first.ok()) first = st;
+    }
+    return first;
+  };
+  // Seqlock reads: {version, clock} (with the values, for a small shard),
+  // the values, the version again, each phase completed before the next
+  // starts (DenseTable's pairing); a shard's values are kept only if its
+  // version was even and did not move. The clock is read no later than the
+  // values, so they hold every update it stands for.
+  constexpr uint64_t kOneReadBytes = 64 * 1024;
+  auto reading = [](const Shard& sh) { return !sh.read && !sh.by_message; };
+  for (int attempt = 0;; ++attempt) {
+    for (Shard& sh : shards) {
+      if (!reading(sh)) continue;
+      if (sh.offset + sh.bytes <= kOneReadBytes) {
+        sh.whole.resize((sh.offset + sh.bytes + 7) / 8);
+        sh.op = endpoint_.read(sh.server, sh.whole.data(), sh.offset + sh.bytes, sh.region.key, 0);
+      } else {
+        sh.op = endpoint_.read(sh.server, sh.head, sh.region.clock_offset + 8, sh.region.key, 0);
+      }
+    }
+    if (rdma::Status st = wait_all(reading); !st.ok()) return st;
+    for (Shard& sh : shards) {
+      if (!reading(sh)) continue;
+      const uint64_t s = sh.region.staleness;
+      if (s != ps::kRegionNoBound &&
+          sh.published() < my_clock - static_cast<int64_t>(std::min<uint64_t>(s, uint64_t{1} << 62))) {
+        sh.by_message = true;  // beyond the bound: the server parks a message pull until it holds
+      }
+    }
+    auto even = [&](const Shard& sh) { return reading(sh) && (sh.version() & 1) == 0; };
+    auto separate = [&](const Shard& sh) { return even(sh) && sh.whole.empty(); };
+    for (Shard& sh : shards) {
+      if (separate(sh)) sh.op = endpoint_.read(sh.server, sh.dst, sh.bytes, sh.region.key, sh.offset);
+    }
+    if (rdma::Status st = wait_all(separate); !st.ok()) return st;
+    for (Shard& sh : shards) {
+      if (even(sh)) sh.op = endpoint_.read(sh.server, &sh.v2, sizeof sh.v2, sh.region.key, 0);
+    }
+    if (rdma::Status st = wait_all(even); !st.ok()) return st;
+    bool retry = false;
+    for (Shard& sh : shards) {
+      if (!reading(sh)) continue;
+      if (even(sh) && sh.version() == sh.v2) {
+        if (!sh.whole.empty()) {
+          std::memcpy(sh.dst, reinterpret_cast<const std::byte*>(sh.whole.data()) + sh.offset, sh.bytes);
+        }
+        sh.read = true;
+        dense_read_shards_.fetch_add(1);
+        if (data_clock != nullptr) *data_clock = std::min(*data_clock, sh.published());
+      } else {
+        retry = true;
+        dense_read_retries_.fetch_add(1);
+      }
+    }
+    if (!retry) break;
+    if (attempt >= 10000) {
+      return {rdma::StatusCode::kTimedOut, "dense_read: a server's shard kept changing during 10000 read attempts"};
+    }
+    std::this_thread::yield();
+  }
+  // What a server would answer a message pull with: by message, side by side.
+  std::vector<int64_t> clocks(shards.size(), 0);
+  for (size_t k = 0; k < shards.size(); ++k) {
+    Shard& sh = shards[k];
+    if (!sh.by_message) continue;
+    dense_read_fallbacks_.fetch_add(1);
+    sh.op = dense_pull(sh.table, sh.begin, sh.end - sh.begin, sh.dst, &clocks[k]);
+  }
+  rdma::Status first;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    if (!shards[k].by_message) continue;
+    const rdma::Status st = shards[k].op.get();
+    if (!st.ok() && first.ok()) first = st;
+    if (data_clock != nullptr) *data_clock = std::min(*data_clock, clocks[k]);
+  }
+  return first;
 }
 
 void KvClient::receive_loop() {

@@ -50,6 +50,13 @@ struct KvClientStats {
   uint64_t bytes_lost_in_rejoins = 0;
 };
 
+// Rows [first_row, first_row + rows) of dense table `table` into out (rows x width floats).
+struct DenseSlice {
+  uint32_t table = 0;
+  uint64_t first_row = 0, rows = 0;
+  float* out = nullptr;
+};
+
 class KvClient {
  public:
   KvClient(rdma::Endpoint& endpoint, const ps::ClusterMap& map, uint32_t worker_index, KvClientOptions options = {});
@@ -83,6 +90,10 @@ class KvClient {
   // data_clock as pull's. Blocking; kUnsupported without FI_RMA.
   rdma::Status dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
                           int64_t* data_clock = nullptr);
+  // Several slices, of one or several tables, read side by side: the same
+  // three (for a shard within 64 KiB of its region's start: two) dependent
+  // rounds of reads however many there are.
+  rdma::Status dense_read(std::span<const DenseSlice> slices, int64_t* data_clock = nullptr);
   // Finishes this worker's current iteration: ticks its clock on every server.
   std::future<rdma::Status> clock();
   // This worker will push no more: its clock on every server jumps to
@@ -117,7 +128,9 @@ class KvClient {
   std::vector<uint64_t> acked_push_bytes() const;
   // Attempts of dense_read that met a concurrent push and were retried.
   uint64_t dense_read_retries() const { return dense_read_retries_.load(); }
-  // Shards dense_read pulled with a message instead (bound or read-my-writes).
+  // Shards dense_read read one-sided, and those it pulled with a message
+  // instead (bound or read-my-writes).
+  uint64_t dense_read_shards() const { return dense_read_shards_.load(); }
   uint64_t dense_read_fallbacks() const { return dense_read_fallbacks_.load(); }
 
  private:
@@ -162,6 +175,7 @@ class KvClient {
   std::mutex regions_mu_;
   std::map<std::pair<uint32_t, uint32_t>, DenseRegion> regions_;  // (table, server rank)
   std::atomic<uint64_t> dense_read_retries_{0};
+  std::atomic<uint64_t> dense_read_shards_{0};
   std::atomic<uint64_t> dense_read_fallbacks_{0};
   // Unanswered dense pushes by table (dense_read's read-my-writes).
   std::mutex dense_pushes_mu_;

@@ -103,6 +103,8 @@ std::future<rdma::Status> ModelTrainer::pull(const Batch& b, Params& p) {
   const uint32_t w = spec_.sparse_width();
   p.sparse.resize(b.keys.size() * w);
   p.dense.clear();
+  // The sparse pull first: a one-sided store reads the MLP before it returns.
+  std::future<rdma::Status> sparse = store_.pull(0, b.keys, p.sparse.data(), &p.data_clock);
   if (spec_.kind == ModelKind::kDnn) {
     const kernels::MlpShape shape = spec_.mlp_shape();
     p.mlp.resize(static_cast<size_t>(kernels::mlp_parameter_count(shape)));
@@ -110,16 +112,18 @@ std::future<rdma::Status> ModelTrainer::pull(const Batch& b, Params& p) {
     std::vector<int> outs = shape.hidden;
     outs.push_back(shape.outputs);
     size_t offset = 0;
+    std::vector<DenseSlice> slices;  // each layer's weights, then its biases
     for (size_t l = 0; l < outs.size(); ++l) {
       const uint64_t rows = static_cast<uint64_t>(outs[l]);
-      p.dense.push_back(store_.dense_pull(static_cast<uint32_t>(1 + 2 * l), 0, rows, p.mlp.data() + offset));
+      slices.push_back({static_cast<uint32_t>(1 + 2 * l), 0, rows, p.mlp.data() + offset});
       offset += rows * static_cast<uint64_t>(in);
-      p.dense.push_back(store_.dense_pull(static_cast<uint32_t>(2 + 2 * l), 0, rows, p.mlp.data() + offset));
+      slices.push_back({static_cast<uint32_t>(2 + 2 * l), 0, rows, p.mlp.data() + offset});
       offset += rows;
       in = outs[l];
     }
+    p.dense.push_back(store_.dense_pull_many(slices));
   }
-  return store_.pull(0, b.keys, p.sparse.data(), &p.data_clock);
+  return sparse;
 }
 
 // The MLP's input rows: each row's field embeddings (gathered on the

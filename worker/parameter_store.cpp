@@ -8,6 +8,22 @@
 #include "ps/cluster_map.h"
 
 namespace parafab::worker {
+
+std::future<rdma::Status> ParameterStore::dense_pull_many(std::span<const DenseSlice> slices) {
+  std::vector<std::future<rdma::Status>> each;
+  each.reserve(slices.size());
+  for (const DenseSlice& sl : slices) each.push_back(dense_pull(sl.table, sl.first_row, sl.rows, sl.out));
+  // Joined in the caller's thread when it asks; the first failure wins.
+  return std::async(std::launch::deferred, [each = std::move(each)]() mutable {
+    rdma::Status first;
+    for (auto& f : each) {
+      rdma::Status s = f.get();
+      if (!s.ok() && first.ok()) first = std::move(s);
+    }
+    return first;
+  });
+}
+
 const ps::TableSchema& RemoteStore::table(uint32_t id) const { return map_.table(id); }
 
 LocalStore::LocalStore(const std::vector<ps::TableSchema>& tables) {

@@ -41,6 +41,9 @@ class ParameterStore {
   virtual std::future<rdma::Status> push(uint32_t table, std::span<const uint64_t> keys,
                                          std::span<const float> grads) = 0;
   virtual std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out) = 0;
+  // Several slices (each out valid until the future is ready), one future
+  // for all: by default a dense_pull each, side by side.
+  virtual std::future<rdma::Status> dense_pull_many(std::span<const DenseSlice> slices);
   virtual std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows,
                                                std::span<const float> grads) = 0;
   // This worker finished an iteration.
@@ -62,9 +65,12 @@ class ParameterStore {
   static rdma::Status invalid(std::string what) { return {rdma::StatusCode::kInvalidArgument, std::move(what)}; }
 };
 
+// one_sided_dense: dense_pull and dense_pull_many read the servers' shards
+// one-sided (KvClient::dense_read, same consistency) before they return.
 class RemoteStore final : public ParameterStore {
  public:
-  RemoteStore(KvClient& kv, const ps::ClusterMap& map) : kv_(kv), map_(map) {}
+  RemoteStore(KvClient& kv, const ps::ClusterMap& map, bool one_sided_dense = false)
+      : kv_(kv), map_(map), one_sided_dense_(one_sided_dense) {}
   std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
                                  int64_t* data_clock = nullptr) override {
     return kv_.pull(table, keys, out, data_clock);
@@ -74,7 +80,13 @@ class RemoteStore final : public ParameterStore {
     return kv_.push(table, keys, grads);
   }
   std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out) override {
+    if (one_sided_dense_) return ready(kv_.dense_read(table, first_row, rows, out));
     return kv_.dense_pull(table, first_row, rows, out);
+  }
+  // One-sided: every slice in the same rounds of reads (KvClient::dense_read).
+  std::future<rdma::Status> dense_pull_many(std::span<const DenseSlice> slices) override {
+    if (one_sided_dense_) return ready(kv_.dense_read(slices));
+    return ParameterStore::dense_pull_many(slices);
   }
   std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows,
                                        std::span<const float> grads) override {
@@ -88,6 +100,7 @@ class RemoteStore final : public ParameterStore {
  private:
   KvClient& kv_;
   const ps::ClusterMap& map_;
+  bool one_sided_dense_ = false;
 };
 
 // Every table whole in this process; operations complete before they

@@ -109,6 +109,28 @@ TEST_F(TrainModels, DnnTwoServersTwoWorkersMatchOneProcess) {
   expect_distributed_matches_single("dnn", train_args("dnn"));
 }
 
+// Workers that read the MLP one-sided from the servers' shards train the
+// same model as workers that pull it by message: under BSP a run is
+// reproducible (a round's sums do not depend on arrival order), so the
+// held-out loss is the same to the last digit.
+TEST_F(TrainModels, DnnReadingTheMlpOneSidedTrainsTheSameModelAsByMessage) {
+  auto run = [&](const char* reads) {
+    std::vector<std::string> l = {kBin, "launch", "--servers", "2", "--workers", "2", "--consistency", "bsp",
+                                  "--provider", "shm", "--timeout", "140", "--"};
+    const std::vector<std::string> a = train_args("dnn");
+    l.insert(l.end(), a.begin(), a.end());
+    l.insert(l.end(), {"--dense-reads", reads});
+    return run_ok(l, 170s);
+  };
+  const std::string by_message = run("message"), one_sided = run("one-sided");
+  EXPECT_EQ(held_out(one_sided), held_out(by_message)) << by_message << "\n" << one_sided;
+  std::smatch m;
+  const std::regex re(R"(\[worker 0\] worker 0: MLP shards read one-sided (\d+) times)");
+  ASSERT_TRUE(std::regex_search(one_sided, m, re)) << one_sided;
+  EXPECT_GT(std::stoull(m[1]), 0u) << one_sided;
+  EXPECT_NE(by_message.find("MLP read by message"), std::string::npos) << by_message;
+}
+
 TEST_F(TrainModels, MetricsOutWritesJsonLines) {
   const std::string metrics = dir_->file("m.jsonl"), preds = dir_->file("p.txt");
   std::vector<std::string> a = train_args("fm");

@@ -62,7 +62,7 @@ TEST(KvBench, TinyRunVerifiesEveryCase) {
   std::ostringstream log;
   ASSERT_EQ(measure_kv_provider(o, o.providers[0], report, log), 0) << log.str();
   ASSERT_EQ(measure_kv_memory(o, report, log), 0) << log.str();
-  expect_all_cases(report, {"dense_push", "dense_pull", "dense_push_window", "dense_pull_window", "sparse_push",
+  expect_all_cases(report, {"dense_push", "dense_pull", "dense_push_window", "dense_pull_window", "dense_read", "sparse_push",
                             "sparse_push_window", "sparse_push_insert", "sparse_pull", "push_latency", "pull_latency", "sparse_memory"});
   size_t dense = 0;
   for (const BenchRecord& r : report.records()) {
@@ -74,11 +74,21 @@ TEST(KvBench, TinyRunVerifiesEveryCase) {
       ASSERT_TRUE(r.ratio);
       EXPECT_DOUBLE_EQ(*r.ratio, 24.0 / r.value);
     }
+    if (r.case_name == "dense_read") {
+      // ASP and no push in flight: every shard was read one-sided.
+      bool seen_fallbacks = false;
+      for (const auto& [key, v] : r.fields) {
+        if (key != "message_fallbacks") continue;
+        seen_fallbacks = true;
+        EXPECT_EQ(std::get<double>(v), 0.0);
+      }
+      EXPECT_TRUE(seen_fallbacks);
+    }
     if (r.case_name == "push_latency") {
       EXPECT_EQ(r.unit, "us");
     }
   }
-  EXPECT_EQ(dense, 2u * 4u);  // two sizes, four dense cases
+  EXPECT_EQ(dense, 2u * 5u);  // two sizes, five dense cases (tcp;ofi_rxm has FI_RMA)
 }
 
 TEST(KvBench, TwoServersTwoWorkersThroughTheWholeCommand) {

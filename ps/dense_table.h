@@ -84,7 +84,6 @@ class DenseTable {
   // the updates it stands for.
   static constexpr size_t kClockWordOffset = 8;
   void publish_clock(int64_t clock) { clock_->store(clock, std::memory_order_release); }
-  int64_t published_clock() const { return clock_->load(std::memory_order_acquire); }
   // The allocation holding the version word (at its start) and the values
   // (at values() - region()): what to register for RMA.
   const void* region() const { return region_.get(); }

@@ -123,15 +123,25 @@ TEST(DenseTable, RangeErrorsNameTheRanges) {
   EXPECT_THROW(DenseTable(sparse, 0, 10), std::invalid_argument);
 }
 
-TEST(DenseTable, RegionHoldsVersionThenValues) {
+TEST(DenseTable, RegionHoldsVersionClockThenValues) {
   const TableSchema t = dense_schema(UpdaterKind::kSgd, 4, 64);
   DenseTable table(t, 0, 64);
   const auto* region = static_cast<const unsigned char*>(table.region());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(region) % 4096, 0u);
   EXPECT_EQ(static_cast<const void*>(table.version_word()), table.region());
   const auto* values = reinterpret_cast<const unsigned char*>(table.values());
-  EXPECT_GE(values, region + sizeof(uint64_t));
+  EXPECT_GE(values, region + DenseTable::kClockWordOffset + sizeof(int64_t));
   EXPECT_EQ(values + table.value_bytes(), region + table.region_bytes());
+  // What a one-sided reader finds at the clock word's offset.
+  auto clock_word = [&] {
+    int64_t c = 0;
+    std::memcpy(&c, region + DenseTable::kClockWordOffset, sizeof c);
+    return c;
+  };
+  EXPECT_EQ(clock_word(), 0);
+  table.publish_clock(41);
+  EXPECT_EQ(clock_word(), 41);
+  EXPECT_EQ(table.version(), 0u);  // publishing is not a push
 }
 
 // Push k adds (i % 7 + 1) to value i (SGD, lr 1, gradient -(i % 7 + 1), zero

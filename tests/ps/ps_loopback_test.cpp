@@ -604,7 +604,7 @@ TEST(PsRejoin, TheClientSendsAnUnansweredPushToTheServersNewProcess) {
   auto old_ep = std::make_unique<rdma::Endpoint>(o);
   rdma::Endpoint worker_ep(o);
   ClusterMap map;
-  map.tables = {sgd_table(0, 1)};
+  map.tables = {sgd_table(0, 1), sgd_table(1, 2, TableKind::kDense, 4)};
   map.server_rejoin_timeout = std::chrono::seconds(30);
   map.servers.push_back(NodeInfo{.role = Role::kServer, .rank = 0, .role_rank = 0, .host = "h",
                                  .fabric_address = old_ep->address()});
@@ -621,6 +621,10 @@ TEST(PsRejoin, TheClientSendsAnUnansweredPushToTheServersNewProcess) {
   const std::vector<uint64_t> key = {7};
   auto push = [&](float g) { return kv.push(0, key, std::vector<float>{g}); };
   ASSERT_TRUE(push(1).get().ok());  // applied, then checkpointed
+  const std::vector<float> dense_grad = {-1, -2, -3, -4, -5, -6, -7, -8};
+  ASSERT_TRUE(kv.dense_push(1, 0, 4, dense_grad).get().ok());
+  std::vector<float> dense(8);
+  ASSERT_TRUE(kv.dense_read(1, 0, 4, dense.data()).ok());  // the old process's region, remembered
   stop_old = true;
   serving.join();
   const ShardCheckpoint c = old_server->checkpoint();  // the worker at clock 0 in it
@@ -638,6 +642,13 @@ TEST(PsRejoin, TheClientSendsAnUnansweredPushToTheServersNewProcess) {
   // Its successor: the checkpoint, the worker's address, serving.
   rdma::Endpoint new_ep(o);
   new_ep.add_peer(1, worker_ep.address());
+  // Another registration first, so that the new shard's key differs from
+  // the old one's (as it may in a real new process). A stale read of it
+  // would pass: version 0, a clock far ahead, zeros where the rows were.
+  std::vector<uint64_t> other(512, 0);
+  other[1] = 1000;
+  const rdma::MemoryRegion other_region = new_ep.register_memory(other.data(), other.size() * sizeof(uint64_t),
+                                                                  rdma::kRemoteRead);
   Server new_server(new_ep, map, 0, so);
   new_server.restore(c, "in-memory", Server::kCheckpointClocks);
   std::atomic<bool> stop_new{false};
@@ -648,11 +659,17 @@ TEST(PsRejoin, TheClientSendsAnUnansweredPushToTheServersNewProcess) {
   std::vector<float> out(1);
   ASSERT_TRUE(kv.pull(0, key, out.data()).get().ok());
   EXPECT_EQ(out[0], -11.0f);  // SGD, rate 1: the checkpoint's -1 and the resent push's -10; not the lost -100
+  // One-sided reads go to the new process's shard, not the old one's region.
+  std::fill(dense.begin(), dense.end(), 0.0f);
+  const rdma::Status read = kv.dense_read(1, 0, 4, dense.data());
+  ASSERT_TRUE(read.ok()) << read.to_string();
+  for (size_t i = 0; i < dense.size(); ++i) EXPECT_EQ(dense[i], -dense_grad[i]) << "float " << i;
   EXPECT_EQ(kv.stats().rejoins, 1u);
   EXPECT_GE(kv.stats().resent, 1u);
   // The client counted what went with the old process: the one float of
-  // the push of 100, acknowledged after the checkpoint.
-  EXPECT_EQ(c.worker_bytes_pushed[0], sizeof(float));
+  // the push of 100, acknowledged after the checkpoint (which holds the
+  // first push's float and the dense push's eight).
+  EXPECT_EQ(c.worker_bytes_pushed[0], sizeof(float) * (1 + dense_grad.size()));
   EXPECT_EQ(kv.stats().bytes_lost_in_rejoins, sizeof(float));
   stop_new = true;
   serving_new.join();

@@ -144,6 +144,11 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   mc->add_option("--dnn-flags", mb->dnn_flags, "parafab train flags of the dnn")->capture_default_str();
   mc->add_option("--data-dir", mb->data_dir, "Where the generated data set is kept between runs")->capture_default_str();
   mc->add_option("--seed", mb->seed, "Seed of the data set")->capture_default_str();
+  mc->add_option("--batch-orders", mb->batch_orders,
+                 "Run every job this many times, with train --seed 1..N (the minibatch order), and compare the means "
+                 "too: one process's loss itself moves with the order")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   mc->add_option("--json", mb->json_path, "Also write one JSON object per line to this file");
   mc->callback([mb, &ctx] {
     ctx.exit_code = run_guarded("bench models", [&] { return benchmarks::run_models_bench(*mb, std::cout); });

@@ -118,13 +118,6 @@ worker::SlotMap partition_slot_map(int hash_bits) {
                          uint64_t{1} << (hash_bits > 0 ? hash_bits : worker::SlotMap::kDefaultHashBits)};
 }
 
-// --batch-size is the job's minibatch per clock, every model: W workers
-// take 1/W of it each, so one clock of W workers moves the model as one
-// batch of the single process does; under BSP the servers apply the round's
-// pushes as one step (ps/merged_rounds.h). (Measured, dnn on 1M Criteo rows
-// at 2 x 2: 256 rows a worker ended 1.8% above one process's held-out loss,
-// 128 a worker 0.5%; lr/svm with a whole batch a worker at 3 workers under
-// BSP 1.1% above, the round being three batches in one step.)
 // --dense-reads: whether the dnn's MLP is read one-sided from the servers'
 // shards (KvClient::dense_read) rather than pulled with messages.
 bool one_sided_dense_reads(const std::string& mode, const rdma::Endpoint& ep) {
@@ -137,11 +130,18 @@ bool one_sided_dense_reads(const std::string& mode, const rdma::Endpoint& ep) {
     return true;
   }
   // auto: where the provider reads remote memory itself. tcp;ofi_rxm
-  // emulates RMA with messages, three round trips a read.
+  // emulates RMA with messages, two or three round trips a read.
   const bool native = name.starts_with("shm") || name.starts_with("verbs") || name.starts_with("efa");
   return native && ep.supports_rma();
 }
 
+// --batch-size is the job's minibatch per clock, every model: W workers
+// take 1/W of it each, so one clock of W workers moves the model as one
+// batch of the single process does; under BSP the servers apply the round's
+// pushes as one step (ps/merged_rounds.h). (Measured, dnn on 1M Criteo rows
+// at 2 x 2: 256 rows a worker ended 1.8% above one process's held-out loss,
+// 128 a worker 0.5%; lr/svm with a whole batch a worker at 3 workers under
+// BSP 1.1% above, the round being three batches in one step.)
 uint64_t job_batch_rows(const TrainFlags& flags) {
   return flags.batch_option != nullptr && flags.batch_option->count() > 0 ? flags.opt.batch_rows : 256;
 }

@@ -154,10 +154,6 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
 
 void KvClient::finish(std::unique_ptr<Pending> done) {
   if (done->reply_keys_out) *done->reply_keys_out = std::move(done->reply_keys);
-  if (done->request_op == ps::Op::kDensePush) {
-    std::lock_guard lock(dense_pushes_mu_);
-    --dense_pushes_in_flight_[done->table];
-  }
   if (done->error.ok() && done->out != nullptr) {
     for (auto [row, copy] : done->duplicates) {
       std::memcpy(done->out + uint64_t{copy} * done->width, done->out + uint64_t{row} * done->width,
@@ -295,53 +291,68 @@ std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_
   return start(std::move(p));
 }
 
+rdma::Status KvClient::check_dense_rows(const char* op, uint32_t table, uint64_t first_row, uint64_t rows) const {
+  const ps::TableSchema& schema = map_.table(table);
+  if (schema.kind != ps::TableKind::kDense) {
+    return {rdma::StatusCode::kInvalidArgument, std::string(op) + ": table " + std::to_string(table) + " is sparse"};
+  }
+  if (first_row > schema.rows || rows > schema.rows - first_row) {
+    return {rdma::StatusCode::kInvalidArgument, std::string(op) + " of rows [" + std::to_string(first_row) + ", +" +
+                                                    std::to_string(rows) + ") on table " + std::to_string(table) +
+                                                    " of " + std::to_string(schema.rows) + " rows"};
+  }
+  return {};
+}
+
+std::vector<KvClient::DensePart> KvClient::dense_parts(const ps::TableSchema& schema, uint64_t first_row,
+                                                       uint64_t rows) const {
+  std::vector<DensePart> parts;
+  for (uint32_t s = 0; s < map_.num_servers(); ++s) {
+    const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
+    const uint64_t b = std::max(r.begin, first_row), e = std::min(r.end, first_row + rows);
+    if (b < e) parts.push_back({s, b, e});
+  }
+  return parts;
+}
+
 std::future<rdma::Status> KvClient::dense_push(uint32_t table, uint64_t first_row, uint64_t rows,
                                                std::span<const float> grads) {
+  if (rdma::Status st = check_dense_rows("dense_push", table, first_row, rows); !st.ok()) return ready(st);
   const ps::TableSchema& schema = map_.table(table);
-  if (schema.kind != ps::TableKind::kDense) return ready({rdma::StatusCode::kInvalidArgument, "dense_push to a sparse table"});
-  if (first_row > schema.rows || rows > schema.rows - first_row || grads.size() != rows * schema.width) {
+  if (grads.size() != rows * schema.width) {
     return ready({rdma::StatusCode::kInvalidArgument, "dense_push of rows [" + std::to_string(first_row) + ", +" +
                                                           std::to_string(rows) + ") with " +
-                                                          std::to_string(grads.size()) + " floats on a table of " +
-                                                          std::to_string(schema.rows) + " rows"});
+                                                          std::to_string(grads.size()) + " floats, not rows x " +
+                                                          std::to_string(schema.width)});
   }
   auto p = std::make_unique<Pending>();
   p->request_op = ps::Op::kDensePush;
   p->reply_op = ps::Op::kDensePushReply;
   p->table = table;
   p->width = schema.width;
-  for (uint32_t s = 0; s < map_.num_servers(); ++s) {
-    const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
-    const uint64_t b = std::max(r.begin, first_row), e = std::min(r.end, first_row + rows);
-    if (b >= e) continue;
+  for (const auto [s, b, e] : dense_parts(schema, first_row, rows)) {
     const uint64_t range[2] = {b, e - b};
     ps::WireHeader h{.op = ps::Op::kDensePush, .table = table, .sender = rank(), .clock = clock_.load()};
     p->value_bytes[map_.server_rank(s)] = (e - b) * schema.width * sizeof(float);
     p->messages[map_.server_rank(s)] = as_buffer(
         ps::encode_message(h, range, grads.subspan((b - first_row) * schema.width, (e - b) * schema.width)));
   }
-  {
-    std::lock_guard lock(dense_pushes_mu_);
-    ++dense_pushes_in_flight_[table];
-  }
   return start(std::move(p));
 }
 
-bool KvClient::dense_push_in_flight(uint32_t table) {
-  std::lock_guard lock(dense_pushes_mu_);
-  const auto it = dense_pushes_in_flight_.find(table);
-  return it != dense_pushes_in_flight_.end() && it->second > 0;
+bool KvClient::dense_push_in_flight(uint32_t table) const {
+  // A request stays in pending_ from before its first send until it is
+  // answered, failed or timed out.
+  std::lock_guard lock(mu_);
+  return std::any_of(pending_.begin(), pending_.end(), [&](const auto& p) {
+    return p.second->request_op == ps::Op::kDensePush && p.second->table == table;
+  });
 }
 
 std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
                                                int64_t* data_clock) {
+  if (rdma::Status st = check_dense_rows("dense_pull", table, first_row, rows); !st.ok()) return ready(st);
   const ps::TableSchema& schema = map_.table(table);
-  if (schema.kind != ps::TableKind::kDense) return ready({rdma::StatusCode::kInvalidArgument, "dense_pull from a sparse table"});
-  if (first_row > schema.rows || rows > schema.rows - first_row) {
-    return ready({rdma::StatusCode::kInvalidArgument, "dense_pull of rows [" + std::to_string(first_row) + ", +" +
-                                                          std::to_string(rows) + ") on a table of " +
-                                                          std::to_string(schema.rows) + " rows"});
-  }
   auto p = std::make_unique<Pending>();
   p->request_op = ps::Op::kDensePull;
   p->reply_op = ps::Op::kDensePullReply;
@@ -350,10 +361,7 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
   p->out = out;
   p->data_clock = data_clock;
   if (data_clock != nullptr) *data_clock = std::numeric_limits<int64_t>::max();
-  for (uint32_t s = 0; s < map_.num_servers(); ++s) {
-    const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
-    const uint64_t b = std::max(r.begin, first_row), e = std::min(r.end, first_row + rows);
-    if (b >= e) continue;
+  for (const auto [s, b, e] : dense_parts(schema, first_row, rows)) {
     const uint64_t range[2] = {b, e - b};
     // Output rows of this server's part: consecutive, starting at b - first_row.
     auto& out_rows = p->rows[map_.server_rank(s)];
@@ -439,16 +447,7 @@ rdma::Status KvClient::dense_read(uint32_t table, uint64_t first_row, uint64_t r
 
 rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* data_clock) {
   for (const DenseSlice& sl : slices) {
-    const ps::TableSchema& schema = map_.table(sl.table);
-    if (schema.kind != ps::TableKind::kDense) {
-      return {rdma::StatusCode::kInvalidArgument, "dense_read of sparse table " + std::to_string(sl.table)};
-    }
-    if (sl.first_row > schema.rows || sl.rows > schema.rows - sl.first_row) {
-      return {rdma::StatusCode::kInvalidArgument, "dense_read of rows [" + std::to_string(sl.first_row) + ", +" +
-                                                      std::to_string(sl.rows) + ") on table " +
-                                                      std::to_string(sl.table) + " of " +
-                                                      std::to_string(schema.rows) + " rows"};
-    }
+    if (rdma::Status st = check_dense_rows("dense_read", sl.table, sl.first_row, sl.rows); !st.ok()) return st;
   }
   if (!endpoint_.supports_rma()) {
     return {rdma::StatusCode::kUnsupported, "dense_read: provider '" + endpoint_.provider().provider + "' has no FI_RMA"};
@@ -478,10 +477,10 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
   for (const DenseSlice& sl : slices) {
     const ps::TableSchema& schema = map_.table(sl.table);
     const uint64_t row_bytes = uint64_t{schema.width} * sizeof(float);
-    for (uint32_t s = 0; s < map_.num_servers(); ++s) {
-      const ps::RowRange r = ps::dense_rows_of(schema.rows, s, map_.num_servers());
-      const uint64_t b = std::max(r.begin, sl.first_row), e = std::min(r.end, sl.first_row + sl.rows);
-      if (b >= e) continue;
+    // Read-my-writes: a dense push of this worker to the table not
+    // answered yet may not be applied; a message pull is answered after it.
+    const bool pushing = dense_push_in_flight(sl.table);
+    for (const auto [s, b, e] : dense_parts(schema, sl.first_row, sl.rows)) {
       Shard& sh = shards.emplace_back();
       sh.table = sl.table;
       sh.server = map_.server_rank(s);
@@ -497,9 +496,7 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
       }
       sh.offset = sh.region.values_offset + (b - sh.region.begin_row) * row_bytes;
       sh.bytes = (e - b) * row_bytes;
-      // Read-my-writes: a dense push of this worker to the table not
-      // answered yet may not be applied; a message pull is answered after it.
-      sh.by_message = dense_push_in_flight(sl.table);
+      sh.by_message = pushing;
     }
   }
   auto wait_all = [&](auto&& which) -> rdma::Status {

@@ -177,10 +177,17 @@ class KvClient {
   std::atomic<uint64_t> dense_read_retries_{0};
   std::atomic<uint64_t> dense_read_shards_{0};
   std::atomic<uint64_t> dense_read_fallbacks_{0};
-  // Unanswered dense pushes by table (dense_read's read-my-writes).
-  std::mutex dense_pushes_mu_;
-  std::map<uint32_t, uint32_t> dense_pushes_in_flight_;
-  bool dense_push_in_flight(uint32_t table);
+  // kInvalidArgument naming `op` unless `table` is dense and holds rows
+  // [first_row, first_row + rows).
+  rdma::Status check_dense_rows(const char* op, uint32_t table, uint64_t first_row, uint64_t rows) const;
+  // The part of those rows each server holds (by server index), the empty ones left out.
+  struct DensePart {
+    uint32_t server = 0;
+    uint64_t begin = 0, end = 0;
+  };
+  std::vector<DensePart> dense_parts(const ps::TableSchema& schema, uint64_t first_row, uint64_t rows) const;
+  // A dense push of this worker to the table is unanswered (dense_read's read-my-writes).
+  bool dense_push_in_flight(uint32_t table) const;
 
   std::atomic<bool> stop_{false};
   std::thread receiver_;

@@ -244,6 +244,10 @@ TEST_P(PsLoopback, OneSidedReadsSeeTheirOwnPushesAndKeepTheSspBound) {
   ASSERT_TRUE(probe.ok()) << probe.to_string();
   EXPECT_EQ(data_clock, 0);
   EXPECT_EQ(w0.dense_read_fallbacks(), 0u);
+  // A push of no rows sends nothing and leaves nothing unanswered.
+  ASSERT_TRUE(w0.dense_push(2, 0, 0, {}).get().ok());
+  ASSERT_TRUE(w0.dense_read(2, 0, kRows, out.data()).ok());
+  EXPECT_EQ(w0.dense_read_fallbacks(), 0u);
 
   // Read-my-writes: a push whose reply may not be in yet is seen.
   std::vector<float> g(kRows * kWidth);

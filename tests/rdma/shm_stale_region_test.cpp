@@ -41,19 +41,21 @@ struct Planted {
 TEST(ShmStaleRegion, AFileLeftByADeadProcessWithOurPidIsReplaced) {
   // Plant what a killed process with our pid leaves: a zero-filled region
   // (no version, as a crash mid-creation leaves it) under every name this
-  // process's endpoints could take next.
+  // process's endpoints could take next. This process has opened no
+  // endpoint yet, so a file already under one of those names is a real
+  // leftover of a dead process with our pid (/dev/shm collects them from
+  // killed jobs): it is emptied and planted like the others.
   Planted planted;
   for (int domain = 0; domain < 8; ++domain) {
     for (int ep = 0; ep < 64; ++ep) {
       const std::string name = std::to_string(::getpid()) + ":" + std::to_string(domain) + ":" + std::to_string(ep);
-      const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-      if (fd < 0) continue;  // a live one of ours: leave it alone
+      const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      ASSERT_GE(fd, 0) << name;
       ASSERT_EQ(::ftruncate(fd, 4096), 0);
       ::close(fd);
       planted.names.insert(name);
     }
   }
-  ASSERT_FALSE(planted.names.empty());
 
   auto eps = make_mesh(2, options_for("shm"));
   const std::string name0 = region_name(eps[0]->address());

@@ -359,7 +359,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       r.sender = map_.server_rank(index_);
       r.request_id = h.request_id;
       const auto msg = encode_message(r, k, std::span<const std::byte>());
-      reply(message.from, rdma::ByteBuffer(msg.begin(), msg.end()));
+      reply(message.from, rdma::byte_buffer_of(msg));
       return;
     }
     case Op::kPull:
@@ -528,7 +528,7 @@ void Server::reply_error(uint32_t to, uint64_t request_id, const std::string& wh
   r.sender = map_.server_rank(index_);
   r.request_id = request_id;
   const auto msg = encode_message(r, {}, std::as_bytes(std::span(what.data(), what.size())));
-  reply(to, rdma::ByteBuffer(msg.begin(), msg.end()));
+  reply(to, rdma::byte_buffer_of(msg));
 }
 
 void Server::reap_replies(bool all) {

@@ -198,11 +198,16 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
     h.chunk_bytes = m.max_chunk;
   }
 
-  // The frame: header, plus the payload itself when eager (one copy of a
-  // small message is cheaper than the provider handling an iovec).
-  op->bounce.resize(kFrameHeaderBytes + (eager ? total : 0));
+  // The frame: the header, then the payload when eager. A small payload is
+  // copied behind the header (one copy is cheaper than the provider handling
+  // an iovec); from kEagerGatherBytes on, the send gathers header and pieces
+  // itself when the provider takes that many iovec entries.
+  size_t nonempty = 0;
+  for (const ConstBuffer& p : pieces) nonempty += p.size != 0 ? 1 : 0;
+  const bool gather = eager && total >= kEagerGatherBytes && nonempty + 1 <= m.iov_limit;
+  op->bounce.resize(kFrameHeaderBytes + (eager && !gather ? total : 0));
   encode_frame_header(h, op->bounce.data());
-  if (eager) {
+  if (eager && !gather) {
     std::byte* out = op->bounce.data() + kFrameHeaderBytes;
     for (const ConstBuffer& p : pieces) {
       if (p.size != 0) std::memcpy(out, p.data, p.size);
@@ -210,18 +215,28 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
     }
   }
   Status st;
-  void* frame_desc = nullptr;
+  std::vector<iovec> frame_iov{{op->bounce.data(), op->bounce.size()}};
+  std::vector<void*> frame_desc;
   try {
-    frame_desc = m.local_desc(*op, op->bounce.data(), op->bounce.size(), FI_SEND);
+    frame_desc.push_back(m.local_desc(*op, op->bounce.data(), op->bounce.size(), FI_SEND));
+    if (gather) {
+      for (const ConstBuffer& p : pieces) {
+        if (p.size == 0) continue;
+        frame_iov.push_back({const_cast<void*>(p.data), p.size});
+        frame_desc.push_back(m.local_desc(*op, p.data, p.size, FI_SEND));
+      }
+    }
   } catch (const FabricError& e) {
     st = Status(StatusCode::kInvalidArgument, e.what());
   }
   if (st.ok()) {
-    st = m.post(op,
-                [&](void* ctx) {
-                  return fi_tsend(m.ep.get(), op->bounce.data(), op->bounce.size(), frame_desc, addr, kHeaderTag,
-                                  ctx);
-                });
+    st = m.post(op, [&](void* ctx) {
+      return frame_iov.size() == 1
+                 ? fi_tsend(m.ep.get(), frame_iov[0].iov_base, frame_iov[0].iov_len, frame_desc[0], addr,
+                            kHeaderTag, ctx)
+                 : fi_tsendv(m.ep.get(), frame_iov.data(), frame_desc.data(), frame_iov.size(), addr, kHeaderTag,
+                             ctx);
+    });
   }
   if (!eager && st.ok()) {
     // Chunk k is payload bytes [k*C, (k+1)*C): an iovec over the pieces it

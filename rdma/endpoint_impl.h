@@ -94,7 +94,7 @@ struct Operation {
   bool all_posted = false;
   bool cancelled = false;
 
-  std::vector<std::byte> bounce;  // the frame: header, plus the payload when eager
+  ByteBuffer bounce;  // the frame header, plus a small eager payload (copied)
   std::deque<std::vector<std::byte>> copies;  // chunks gathered from more pieces than iov_limit
   std::vector<FidHandle<fid_mr>> registrations;  // FI_MR_LOCAL, for the operation's life
   std::deque<PostContext> contexts;              // stable addresses

@@ -141,7 +141,7 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     Message m;
     m.from = peer;
     m.tag = header->user_tag;
-    m.data.assign(frame + kFrameHeaderBytes, frame + len);
+    m.data = byte_buffer_of({frame + kFrameHeaderBytes, len - kFrameHeaderBytes});
     deliver_in_order(peer, header->message_id, std::move(m));
   } else {
     Operation* op = new_op(OpKind::kInbound, peer, src, "receive", header->total_bytes, "message",

@@ -25,6 +25,9 @@ inline constexpr uint32_t kFrameMagic = 0x4D524650;  // "PFRM" little-endian
 inline constexpr uint16_t kFrameVersion = 1;
 inline constexpr size_t kFrameHeaderBytes = 40;
 inline constexpr uint16_t kFrameLarge = 1;  // payload follows as chunks
+// Eager payloads of at least this many bytes are sent as an iovec of header
+// and payload rather than copied behind the header.
+inline constexpr size_t kEagerGatherBytes = 4096;
 
 // Chunk tags: bit 63 set, 39 bits of message id, 24 bits of chunk index.
 // Frame headers use tag 0, so the receive pool matches them exactly.

@@ -12,7 +12,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-rdma::ByteBuffer as_buffer(const std::vector<std::byte>& v) { return rdma::ByteBuffer(v.begin(), v.end()); }
+rdma::ByteBuffer as_buffer(const std::vector<std::byte>& v) { return rdma::byte_buffer_of(v); }
 
 // dense_read reads the words before a shard's clock word with it, in one
 // small read; a region that puts the clock further out is refused.

@@ -185,14 +185,7 @@ KvClient::Split KvClient::split(std::span<const uint64_t> keys) const {
   Split sp;
   KeyDedup dedup(keys.size());
   sp.first.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const auto [first, fresh] = dedup.insert(keys[i], static_cast<uint32_t>(i));
-    if (fresh) {
-      sp.first.push_back(static_cast<uint32_t>(i));
-    } else {
-      sp.duplicates.emplace_back(static_cast<uint32_t>(i), first);
-    }
-  }
+  dedup.insert_all(keys, sp.first, sp.duplicates);
   const ps::KeyPartition part = map_.partition();
   sp.server.resize(sp.first.size());
   sp.count.assign(map_.num_servers(), 0);

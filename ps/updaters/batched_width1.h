@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 
 #include "ps/updater.h"
 #include "ps/updaters/updater_steps.h"
@@ -42,5 +43,14 @@ inline bool adagrad_step_w1(const Width1Params& p, float* value, float* acc, flo
   *value = static_cast<float>(w_new);
   return true;
 }
+
+// The same two steps over a block of n <= kWidth1Block keys gathered into
+// arrays (adagrad_block_w1 steps only the first kWidth1Block): each key's
+// value (and acc) is updated in place where its result fits and left as it
+// was otherwise; returns how many did not fit. Bit-identical to the per-key
+// functions above (width1_block.cpp, built with the dense steps' flags).
+inline constexpr size_t kWidth1Block = 64;
+int sgd_block_w1(const Width1Params& p, float* value, const float* grad, size_t n);
+int adagrad_block_w1(const Width1Params& p, float* value, float* acc, const float* grad, size_t n);
 
 }  // namespace parafab::ps::updaters

@@ -273,6 +273,88 @@ TEST(SparseTable, Width1FastPathIsBitIdenticalToApplyUpdate) {
   EXPECT_GT(refusals, 0u);  // the overflow cases were exercised
 }
 
+// The block steps the table uses for width 1 give, key by key, the per-key
+// steps' bits: the new floats where the step is applied, the old ones where
+// it is refused, and the refusals' count.
+TEST(SparseTable, Width1BlockStepsAreBitIdenticalToTheKeyByKeySteps) {
+  std::mt19937_64 rng(7);
+  auto wild = [&]() {
+    const int e = static_cast<int>(rng() % 260) - 130;
+    return std::ldexp(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng), e);
+  };
+  size_t refusals = 0;
+  for (UpdaterKind kind : {UpdaterKind::kSgd, UpdaterKind::kAdaGrad}) {
+    for (float l1 : {0.0f, 0.01f}) {
+      UpdaterConfig c;
+      c.kind = kind;
+      c.learning_rate = 0.3f;
+      c.l1 = l1;
+      c.l2 = 0.1f;
+      const updaters::Width1Params p(c);
+      for (int round = 0; round < 3000; ++round) {
+        const size_t n = 1 + rng() % updaters::kWidth1Block;  // every block length, the odd ones too
+        std::vector<float> v(n), acc(n), g(n);
+        for (size_t k = 0; k < n; ++k) {
+          v[k] = wild();
+          acc[k] = std::fabs(wild());
+          g[k] = wild();
+        }
+        std::vector<float> v_block = v, acc_block = acc;
+        const int misfits = kind == UpdaterKind::kSgd
+                                ? updaters::sgd_block_w1(p, v_block.data(), g.data(), n)
+                                : updaters::adagrad_block_w1(p, v_block.data(), acc_block.data(), g.data(), n);
+        int want_misfits = 0;
+        for (size_t k = 0; k < n; ++k) {
+          float v1 = v[k], acc1 = acc[k];
+          const bool ok = kind == UpdaterKind::kSgd ? updaters::sgd_step_w1(p, &v1, g[k])
+                                                    : updaters::adagrad_step_w1(p, &v1, &acc1, g[k]);
+          want_misfits += ok ? 0 : 1;
+          expect_bits_equal(v_block[k], v1, "value");
+          expect_bits_equal(acc_block[k], acc1, "accumulator");
+        }
+        ASSERT_EQ(misfits, want_misfits);
+        refusals += static_cast<size_t>(misfits);
+      }
+    }
+  }
+  EXPECT_GT(refusals, 0u);
+}
+
+// The contract: keys are unique within a push, and a key given twice is
+// applied twice, in order. The width-1 path steps keys in blocks; a key
+// coming again within a block must see its first update.
+TEST(SparseTable, AKeyGivenTwiceInOnePushIsAppliedTwiceInOrder) {
+  for (UpdaterKind kind : {UpdaterKind::kSgd, UpdaterKind::kAdaGrad}) {
+    const TableSchema t = sparse_schema(kind, 1, InitializerKind::kNormal);
+    SparseTable table(t, 4);
+    ExactRef ref(t);
+    std::mt19937_64 rng(11);
+    const std::vector<uint64_t> universe = unique_random_keys(300, rng);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    for (int round = 0; round < 5; ++round) {
+      std::vector<uint64_t> keys;
+      for (int i = 0; i < 5000; ++i) {
+        keys.push_back(universe[rng() % universe.size()]);
+        if (rng() % 8 == 0) keys.push_back(keys.back());  // right after itself, too
+      }
+      std::vector<float> grads(keys.size());
+      for (float& g : grads) g = gauss(rng);
+      const PushResult got = table.push(keys, grads.data());
+      const PushResult want = ref.push(keys, grads);
+      ASSERT_EQ(got.applied, want.applied);
+      ASSERT_EQ(got.inserted, want.inserted);
+    }
+    size_t visited = 0;
+    table.for_each([&](uint64_t key, const float* value, const float* state) {
+      const std::vector<float>& row = ref.rows.at(key);
+      expect_bits_equal(value[0], row[0], "value of key " + std::to_string(key));
+      if (kind == UpdaterKind::kAdaGrad) expect_bits_equal(state[0], row[1], "accumulator of key " + std::to_string(key));
+      ++visited;
+    });
+    EXPECT_EQ(visited, ref.rows.size());
+  }
+}
+
 // ---- absent keys, the sentinel key ------------------------------------------
 
 TEST(SparseTable, AbsentKeysReadTheirInitialValueAndAreNotInserted) {

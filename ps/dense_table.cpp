@@ -65,6 +65,31 @@ void DenseTable::check_range(const char* op, uint64_t first_row, uint64_t rows) 
   }
 }
 
+namespace {
+
+// A float pair seen as one 8-byte word, allowed to alias the floats.
+using FloatPairBits = uint64_t __attribute__((may_alias));
+
+// Copies n floats to dst with relaxed atomic stores (try_read and one-sided
+// readers load them while a push runs), two floats per store where dst is
+// 8-byte aligned: half the stores of float by float (neither vectorizes), a
+// third of a 1 MiB SGD push's apply before.
+void store_relaxed(float* dst, const float* src, size_t n) {
+  size_t i = 0;
+  if (n > 0 && reinterpret_cast<uintptr_t>(dst) % 8 != 0) {
+    std::atomic_ref<float>(dst[0]).store(src[0], std::memory_order_relaxed);
+    i = 1;
+  }
+  for (; i + 2 <= n; i += 2) {
+    uint64_t bits;
+    std::memcpy(&bits, src + i, 8);
+    __atomic_store_n(reinterpret_cast<FloatPairBits*>(dst + i), bits, __ATOMIC_RELAXED);
+  }
+  if (i < n) std::atomic_ref<float>(dst[i]).store(src[i], std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void DenseTable::pull(uint64_t first_row, uint64_t rows, float* out) const {
   check_range("pull", first_row, rows);
   // Under the writer mutex no store to the values can run; try_read's relaxed
@@ -98,9 +123,7 @@ PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grad
       continue;
     }
     if (state_floats_ > 0) std::memcpy(state, row_state.data(), state_floats_ * sizeof(float));
-    // (width in a local: the atomic stores would make the compiler reload the member each time)
-    const float* src = row.data();
-    for (size_t i = 0, n = width_; i < n; ++i) std::atomic_ref<float>(value[i]).store(src[i], std::memory_order_relaxed);
+    store_relaxed(value, row.data(), width_);
     ++result.applied;
   }
   version_->store(v + 2, std::memory_order_release);  // pairs with try_read's acquire load of v1

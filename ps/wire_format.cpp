@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <stdexcept>
 
 namespace parafab::ps {
 namespace {
@@ -53,16 +54,29 @@ void encode_header(const WireHeader& h, std::byte* p) {
   put<uint64_t>(p + 40, h.payload_bytes);
 }
 
-std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> keys, std::span<const std::byte> payload) {
+size_t encoded_size(std::span<const uint64_t> keys, size_t payload_bytes) {
+  return kWireHeaderBytes + keys.size_bytes() + payload_bytes;
+}
+
+void encode_message_into(WireHeader h, std::span<const uint64_t> keys, std::span<const std::byte> payload,
+                         std::span<std::byte> out) {
+  if (out.size() != encoded_size(keys, payload.size())) {
+    throw std::invalid_argument("encode_message_into: a buffer of " + std::to_string(out.size()) +
+                                " bytes for a message of " + std::to_string(encoded_size(keys, payload.size())));
+  }
   h.key_count = keys.size();
   h.payload_bytes = payload.size();
-  std::vector<std::byte> out(kWireHeaderBytes + keys.size_bytes() + payload.size());
   encode_header(h, out.data());
   // Keys and floats are stored in host order: every supported host is
   // little-endian (checked at compile time below), so this is the wire order.
   static_assert(std::endian::native == std::endian::little, "parafab's wire format assumes a little-endian host");
   if (!keys.empty()) std::memcpy(out.data() + kWireHeaderBytes, keys.data(), keys.size_bytes());
   if (!payload.empty()) std::memcpy(out.data() + kWireHeaderBytes + keys.size_bytes(), payload.data(), payload.size());
+}
+
+std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> keys, std::span<const std::byte> payload) {
+  std::vector<std::byte> out(encoded_size(keys, payload.size()));
+  encode_message_into(h, keys, payload, out);
   return out;
 }
 

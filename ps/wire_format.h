@@ -92,6 +92,12 @@ struct DecodedMessage {
   std::string error_text;           // kError only
 };
 
+// Bytes of the message encode_message makes of these keys and payload.
+size_t encoded_size(std::span<const uint64_t> keys, size_t payload_bytes);
+// encode_message into out, which holds exactly encoded_size bytes (a buffer
+// the caller allocated without zero-filling: every byte is written).
+void encode_message_into(WireHeader header, std::span<const uint64_t> keys, std::span<const std::byte> payload,
+                         std::span<std::byte> out);
 // Encodes header + keys + payload bytes (header.key_count and payload_bytes
 // are set from the spans).
 std::vector<std::byte> encode_message(WireHeader header, std::span<const uint64_t> keys,

@@ -47,6 +47,8 @@
 namespace parafab::rdma {
 
 using Clock = std::chrono::steady_clock;
+// How long a shm peer's process counts as alive after a check (lookup_locked).
+inline constexpr std::chrono::milliseconds kShmAliveCheckEvery{1};
 
 struct InfoDeleter {
   void operator()(fi_info* p) const { fi_freeinfo(p); }
@@ -137,6 +139,8 @@ struct Endpoint::Impl {
   std::unordered_map<fi_addr_t, PeerId> addr_peers;
   std::unordered_map<PeerId, std::string> peer_names;  // fi_av_straddr of each peer
   std::unordered_map<PeerId, pid_t> shm_pid;           // shm peers: the process behind the address
+  // When each shm peer's process was last seen alive (lookup_locked).
+  mutable std::unordered_map<PeerId, Clock::time_point> shm_alive_at;
   std::unordered_map<PeerId, std::string> failed_peers;  // mark_peer_failed: why (until replace_peer)
   // Per-peer FIFO: a sender numbers its messages to each peer (the frame's
   // message id); the receiver hands them out in that order, holding a small

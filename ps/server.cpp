@@ -358,8 +358,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       r.table = h.table;
       r.sender = map_.server_rank(index_);
       r.request_id = h.request_id;
-      const auto msg = encode_message(r, k, std::span<const std::byte>());
-      reply(message.from, rdma::byte_buffer_of(msg));
+      reply(message.from, encode_message_as<rdma::ByteBuffer>(r, k));
       return;
     }
     case Op::kPull:
@@ -527,8 +526,7 @@ void Server::reply_error(uint32_t to, uint64_t request_id, const std::string& wh
   r.op = Op::kError;
   r.sender = map_.server_rank(index_);
   r.request_id = request_id;
-  const auto msg = encode_message(r, {}, std::as_bytes(std::span(what.data(), what.size())));
-  reply(to, rdma::byte_buffer_of(msg));
+  reply(to, encode_message_as<rdma::ByteBuffer>(r, {}, std::as_bytes(std::span(what.data(), what.size()))));
 }
 
 void Server::reap_replies(bool all) {

@@ -75,9 +75,7 @@ void encode_message_into(WireHeader h, std::span<const uint64_t> keys, std::span
 }
 
 std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> keys, std::span<const std::byte> payload) {
-  std::vector<std::byte> out(encoded_size(keys, payload.size()));
-  encode_message_into(h, keys, payload, out);
-  return out;
+  return encode_message_as<std::vector<std::byte>>(h, keys, payload);
 }
 
 std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> keys, std::span<const float> values) {

@@ -98,6 +98,16 @@ size_t encoded_size(std::span<const uint64_t> keys, size_t payload_bytes);
 // the caller allocated without zero-filling: every byte is written).
 void encode_message_into(WireHeader header, std::span<const uint64_t> keys, std::span<const std::byte> payload,
                          std::span<std::byte> out);
+// The same into a new Buffer, a contiguous container of std::byte sized by
+// its constructor: std::vector, or rdma::ByteBuffer (not zero-filled), the
+// transport's message type, so a message is encoded where it is sent from.
+template <typename Buffer>
+Buffer encode_message_as(const WireHeader& header, std::span<const uint64_t> keys,
+                         std::span<const std::byte> payload = {}) {
+  Buffer out(encoded_size(keys, payload.size()));
+  encode_message_into(header, keys, payload, out);
+  return out;
+}
 // Encodes header + keys + payload bytes (header.key_count and payload_bytes
 // are set from the spans).
 std::vector<std::byte> encode_message(WireHeader header, std::span<const uint64_t> keys,

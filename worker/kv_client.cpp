@@ -12,15 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A request's bytes, encoded straight into the buffer that is sent (one
-// copy of the payload, no zero-fill).
-rdma::ByteBuffer encoded(const ps::WireHeader& h, std::span<const uint64_t> keys,
-                         std::span<const std::byte> payload = {}) {
-  rdma::ByteBuffer b(ps::encoded_size(keys, payload.size()));
-  ps::encode_message_into(h, keys, payload, b);
-  return b;
-}
-
 // dense_read reads the words before a shard's clock word with it, in one
 // small read; a region that puts the clock further out is refused.
 constexpr uint64_t kMaxClockOffset = 56;
@@ -334,8 +325,8 @@ std::future<rdma::Status> KvClient::dense_push(uint32_t table, uint64_t first_ro
     const uint64_t range[2] = {b, e - b};
     ps::WireHeader h{.op = ps::Op::kDensePush, .table = table, .sender = rank(), .clock = clock_.load()};
     p->value_bytes[map_.server_rank(s)] = (e - b) * schema.width * sizeof(float);
-    p->messages[map_.server_rank(s)] =
-        encoded(h, range, std::as_bytes(grads.subspan((b - first_row) * schema.width, (e - b) * schema.width)));
+    const auto rows_of_part = grads.subspan((b - first_row) * schema.width, (e - b) * schema.width);
+    p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, range, std::as_bytes(rows_of_part));
   }
   return start(std::move(p));
 }
@@ -367,7 +358,7 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
     auto& out_rows = p->rows[map_.server_rank(s)];
     for (uint64_t row = b; row < e; ++row) out_rows.push_back(static_cast<uint32_t>(row - first_row));
     ps::WireHeader h{.op = ps::Op::kDensePull, .table = table, .sender = rank(), .clock = clock_.load()};
-    p->messages[map_.server_rank(s)] = encoded(h, range);
+    p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, range);
   }
   return start(std::move(p));
 }
@@ -379,7 +370,7 @@ std::future<rdma::Status> KvClient::finish() {
   p->reply_op = ps::Op::kClockReply;
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = kFinishedClock};
-    p->messages[map_.server_rank(s)] = encoded(h, {});
+    p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, {});
   }
   return start(std::move(p));
 }
@@ -391,7 +382,7 @@ std::future<rdma::Status> KvClient::clock() {
   p->reply_op = ps::Op::kClockReply;
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = next};
-    p->messages[map_.server_rank(s)] = encoded(h, {});
+    p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, {});
   }
   return start(std::move(p));
 }
@@ -409,7 +400,7 @@ rdma::Status KvClient::dense_region(uint32_t table, uint32_t server, DenseRegion
   p->reply_op = ps::Op::kDenseRegionReply;
   p->table = table;
   ps::WireHeader h{.op = ps::Op::kDenseRegion, .table = table, .sender = rank(), .clock = clock_.load()};
-  p->messages[server] = encoded(h, {});
+  p->messages[server] = ps::encode_message_as<rdma::ByteBuffer>(h, {});
   // finish() hands the reply's keys over through a shared slot before it
   // sets the promise.
   auto keys = std::make_shared<std::vector<uint64_t>>();
@@ -785,7 +776,7 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     p->request_op = ps::Op::kClock;
     p->reply_op = ps::Op::kClockReply;
     ps::WireHeader h{.op = ps::Op::kClock, .sender = rank(), .clock = mine};
-    p->messages[server] = encoded(h, {});
+    p->messages[server] = ps::encode_message_as<rdma::ByteBuffer>(h, {});
     (void)start_locked(std::move(p), nullptr);  // nobody waits for it; an error reply is counted
   }
 }

@@ -7,6 +7,7 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -204,7 +205,9 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   // itself when the provider takes that many iovec entries.
   size_t nonempty = 0;
   for (const ConstBuffer& p : pieces) nonempty += p.size != 0 ? 1 : 0;
-  const bool gather = eager && total >= kEagerGatherBytes && nonempty + 1 <= m.iov_limit;
+  // The frame's iovec lives on this stack, no allocation per send.
+  constexpr size_t kFrameIov = 4;
+  const bool gather = eager && total >= kEagerGatherBytes && nonempty + 1 <= std::min(m.iov_limit, kFrameIov);
   op->bounce.resize(kFrameHeaderBytes + (eager && !gather ? total : 0));
   encode_frame_header(h, op->bounce.data());
   if (eager && !gather) {
@@ -215,15 +218,16 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
     }
   }
   Status st;
-  std::vector<iovec> frame_iov{{op->bounce.data(), op->bounce.size()}};
-  std::vector<void*> frame_desc;
+  std::array<iovec, kFrameIov> frame_iov{iovec{op->bounce.data(), op->bounce.size()}};
+  std::array<void*, kFrameIov> frame_desc{};
+  size_t frame_parts = 1;
   try {
-    frame_desc.push_back(m.local_desc(*op, op->bounce.data(), op->bounce.size(), FI_SEND));
+    frame_desc[0] = m.local_desc(*op, op->bounce.data(), op->bounce.size(), FI_SEND);
     if (gather) {
       for (const ConstBuffer& p : pieces) {
         if (p.size == 0) continue;
-        frame_iov.push_back({const_cast<void*>(p.data), p.size});
-        frame_desc.push_back(m.local_desc(*op, p.data, p.size, FI_SEND));
+        frame_iov[frame_parts] = {const_cast<void*>(p.data), p.size};
+        frame_desc[frame_parts++] = m.local_desc(*op, p.data, p.size, FI_SEND);
       }
     }
   } catch (const FabricError& e) {
@@ -231,11 +235,10 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   }
   if (st.ok()) {
     st = m.post(op, [&](void* ctx) {
-      return frame_iov.size() == 1
+      return frame_parts == 1
                  ? fi_tsend(m.ep.get(), frame_iov[0].iov_base, frame_iov[0].iov_len, frame_desc[0], addr,
                             kHeaderTag, ctx)
-                 : fi_tsendv(m.ep.get(), frame_iov.data(), frame_desc.data(), frame_iov.size(), addr, kHeaderTag,
-                             ctx);
+                 : fi_tsendv(m.ep.get(), frame_iov.data(), frame_desc.data(), frame_parts, addr, kHeaderTag, ctx);
     });
   }
   if (!eager && st.ok()) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 #include <filesystem>
 #include <regex>
@@ -80,6 +81,10 @@ int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
       return r;
     };
     auto order_text = [&](int order) { return o.batch_orders > 1 ? fmt::format(" order {}", order) : std::string(); };
+    // A setting's record name: "" is one process.
+    auto record_name = [&](const std::string& c) {
+      return c.empty() ? model + "/one_process" : fmt::format("{}/{}x{}/{}", model, o.servers, o.workers, c);
+    };
     // Held-out losses by setting ("" for one process), one per order.
     std::vector<std::pair<std::string, std::vector<double>>> losses = {{"", {}}};
     for (const std::string& c : o.consistency) losses.push_back({c, {}});
@@ -89,7 +94,7 @@ int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
       losses[0].second.push_back(single.log_loss);
       out << fmt::format("  {:<4} one process{:<9} held-out log loss {:.5f}  AUC {:.4f}  {:>9.0f} examples/s\n", model,
                          order_text(order), single.log_loss, single.auc, single.examples_per_second);
-      BenchRecord one("models", model + "/one_process", single.log_loss, "log loss");
+      BenchRecord one("models", record_name(""), single.log_loss, "log loss");
       one.with("auc", single.auc).with("examples_per_second", single.examples_per_second);
       if (o.batch_orders > 1) one.with("batch_order", order);
       report.add(std::move(one));
@@ -105,7 +110,7 @@ int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
                            "(loss ratio {:.4f}, speed ratio {:.2f})\n",
                            model, o.servers, o.workers, c, order_text(order), d.log_loss, d.auc, d.examples_per_second,
                            d.log_loss / single.log_loss, d.examples_per_second / single.examples_per_second);
-        const std::string name = fmt::format("{}/{}x{}/{}", model, o.servers, o.workers, c);
+        const std::string name = record_name(c);
         BenchRecord loss("models", name, d.log_loss, "log loss");
         loss.with_ceiling(single.log_loss, "one process").with("auc", d.auc);
         BenchRecord speed("models", name + "/speed", d.examples_per_second, "examples/s");
@@ -121,9 +126,7 @@ int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
     if (o.batch_orders > 1) {
       // Means over the orders, each setting beside one process's mean.
       auto mean = [](const std::vector<double>& v) {
-        double sum = 0;
-        for (double x : v) sum += x;
-        return sum / static_cast<double>(v.size());
+        return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
       };
       const double one_mean = mean(losses[0].second);
       for (const auto& [c, v] : losses) {
@@ -133,9 +136,7 @@ int run_models_bench(const ModelsBenchOptions& o, std::ostream& out) {
                            model, c.empty() ? std::string("one process") : fmt::format("{}x{} {}", o.servers, o.workers, c),
                            m, v.size(), *lo, *hi,
                            c.empty() ? std::string() : fmt::format(", mean ratio {:.4f}", m / one_mean));
-        BenchRecord r("models", c.empty() ? model + "/one_process/mean"
-                                          : fmt::format("{}/{}x{}/{}/mean", model, o.servers, o.workers, c),
-                      m, "log loss");
+        BenchRecord r("models", record_name(c) + "/mean", m, "log loss");
         if (!c.empty()) r.with_ceiling(one_mean, "one process, mean");
         r.with("batch_orders", o.batch_orders).with("min", *lo).with("max", *hi);
         report.add(std::move(r));

@@ -171,46 +171,59 @@ struct alignas(64) SparseTable::SubShard {
 namespace {
 
 // Per-thread scratch for grouping a call's keys by sub-shard. Reused across
-// calls (and tables) so steady-state pushes do not allocate.
+// calls (and tables) so steady-state pushes do not allocate. The sorted
+// arrays hold only what the per-sub-shard loops read: their writes to
+// scattered positions (megabytes at 10^5 keys) are most of the grouping's
+// time. The hash's low half is recomputed rather than kept by input
+// position, and `order` is written only when gradients are not gathered.
 struct Grouping {
-  std::vector<uint64_t> mixed;     // by input position
-  std::vector<uint16_t> shard;     // by input position
-  std::vector<uint32_t> offsets;   // sub-shard s owns sorted positions [offsets[s], offsets[s+1])
+  std::vector<uint16_t> shard;       // by input position
+  std::vector<uint32_t> offsets;     // sub-shard s owns sorted positions [offsets[s], offsets[s+1])
   std::vector<uint32_t> cursor;
-  std::vector<uint32_t> order;     // sorted position -> input position
-  std::vector<uint64_t> sorted_mixed;
+  std::vector<uint32_t> order;       // sorted position -> input position (not for width-1 pushes)
+  std::vector<uint32_t> sorted_low;  // low 32 bits of each sorted key's mix64: all home_slot needs
   std::vector<uint64_t> sorted_keys;
-  std::vector<float> sorted_grads;  // width-1 pushes only
+  std::vector<float> sorted_grads;   // width-1 pushes only
 
-  // Sorts by sub-shard (stable). With grads (width 1), gathers them too, so
-  // the per-sub-shard loops read keys, hashes and gradients sequentially.
+  // Sorts by sub-shard (stable). With grads (width 1), gathers them instead
+  // of `order`, so the per-sub-shard loops read keys, hashes and gradients
+  // sequentially.
   void build(std::span<const uint64_t> keys, unsigned count, const float* grads = nullptr) {
     if (keys.size() >= std::numeric_limits<uint32_t>::max()) {
       throw std::length_error("SparseTable: " + std::to_string(keys.size()) + " keys in one call (at most 2^32 - 2)");
     }
     const size_t n = keys.size();
-    mixed.resize(n);
     shard.resize(n);
-    order.resize(n);
-    sorted_mixed.resize(n);
+    sorted_low.resize(n);
     sorted_keys.resize(n);
-    if (grads != nullptr) sorted_grads.resize(n);
+    if (grads != nullptr) {
+      sorted_grads.resize(n);
+    } else {
+      order.resize(n);
+    }
     offsets.assign(count + 1, 0);
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t m = mix64(keys[i]);
-      const unsigned s = sub_shard_of(m, count);
-      mixed[i] = m;
+      const unsigned s = sub_shard_of(mix64(keys[i]), count);
       shard[i] = static_cast<uint16_t>(s);
       ++offsets[s + 1];
     }
     for (unsigned s = 0; s < count; ++s) offsets[s + 1] += offsets[s];
     cursor.assign(offsets.begin(), offsets.end() - 1);
-    for (size_t i = 0; i < n; ++i) {
+    if (grads != nullptr) {
+      place(keys, [&](uint32_t pos, size_t i) { sorted_grads[pos] = grads[i]; });
+    } else {
+      place(keys, [&](uint32_t pos, size_t i) { order[pos] = static_cast<uint32_t>(i); });
+    }
+  }
+
+ private:
+  template <typename Extra>
+  void place(std::span<const uint64_t> keys, Extra extra) {
+    for (size_t i = 0; i < keys.size(); ++i) {
       const uint32_t pos = cursor[shard[i]]++;
-      order[pos] = static_cast<uint32_t>(i);
-      sorted_mixed[pos] = mixed[i];
+      sorted_low[pos] = static_cast<uint32_t>(mix64(keys[i]));
       sorted_keys[pos] = keys[i];
-      if (grads != nullptr) sorted_grads[pos] = grads[i];
+      extra(pos, i);
     }
   }
 };
@@ -288,9 +301,10 @@ void SparseTable::grow_to(SubShard& s, uint64_t cap) {
 template <int kMode>
 void SparseTable::push_sub_shard(SubShard& s, size_t begin, size_t count, const float* grads, PushResult& result) {
   const Grouping& g = thread_grouping();
-  const uint64_t* mixed = g.sorted_mixed.data() + begin;
+  const uint32_t* low = g.sorted_low.data() + begin;
   const uint64_t* keys = g.sorted_keys.data() + begin;
-  const uint32_t* order = g.order.data() + begin;
+  // Width 1: the gradients were gathered in sorted order, and `order` is not kept.
+  const uint32_t* order = kMode == kGeneric ? g.order.data() + begin : nullptr;
   const float* grads1 = kMode == kGeneric ? nullptr : g.sorted_grads.data() + begin;
   if (s.capacity == 0) grow_to(s, capacity_for(count));  // empty: count bounds the inserts
   const UpdaterConfig& cfg = schema_.updater;
@@ -339,7 +353,7 @@ void SparseTable::push_sub_shard(SubShard& s, size_t begin, size_t count, const 
 
   for (size_t j = 0; j < count; ++j) {
     if (j + kAhead < count) {
-      const uint64_t ahead = home_slot(mixed[j + kAhead], s.capacity);
+      const uint64_t ahead = home_slot(low[j + kAhead], s.capacity);
       __builtin_prefetch(s.keys.data() + ahead, 1);
       __builtin_prefetch(s.data.data() + ahead * stride, 1);
     }
@@ -361,14 +375,14 @@ void SparseTable::push_sub_shard(SubShard& s, size_t begin, size_t count, const 
     } else {
       uint64_t cap = s.capacity;
       uint64_t* ks = s.keys.data();
-      auto [pos, found] = probe(ks, cap, home_slot(mixed[j], cap), key);
+      auto [pos, found] = probe(ks, cap, home_slot(low[j], cap), key);
       if (!found) {
         if (s.size + 1 > s.grow_at) {
           step_block();  // the growth moves the block's slots
           grow_to(s, capacity_for(s.size + 1));
           cap = s.capacity;
           ks = s.keys.data();
-          pos = home_slot(mixed[j], cap);
+          pos = home_slot(low[j], cap);
           while (ks[pos] != kEmptyKey) {
             if (++pos == cap) pos = 0;
           }
@@ -436,7 +450,7 @@ PushResult SparseTable::push(std::span<const uint64_t> keys, const float* grads)
 
 void SparseTable::pull_sub_shard(const SubShard& s, size_t begin, size_t count, float* out) const {
   const Grouping& g = thread_grouping();
-  const uint64_t* mixed = g.sorted_mixed.data() + begin;
+  const uint32_t* low = g.sorted_low.data() + begin;
   const uint64_t* keys = g.sorted_keys.data() + begin;
   const uint32_t* order = g.order.data() + begin;
   const uint32_t W = width_, stride = stride_;
@@ -445,7 +459,7 @@ void SparseTable::pull_sub_shard(const SubShard& s, size_t begin, size_t count, 
   const float* data = s.data.data();
   for (size_t j = 0; j < count; ++j) {
     if (cap != 0 && j + kAhead < count) {
-      const uint64_t ahead = home_slot(mixed[j + kAhead], cap);
+      const uint64_t ahead = home_slot(low[j + kAhead], cap);
       __builtin_prefetch(ks + ahead);
       __builtin_prefetch(data + ahead * stride);
     }
@@ -455,7 +469,7 @@ void SparseTable::pull_sub_shard(const SubShard& s, size_t begin, size_t count, 
     if (key == kEmptyKey) [[unlikely]] {
       if (s.side_used) found = s.side.data();
     } else if (cap != 0) {
-      const auto [pos, present] = probe(ks, cap, home_slot(mixed[j], cap), key);
+      const auto [pos, present] = probe(ks, cap, home_slot(low[j], cap), key);
       if (present) found = data + pos * stride;
     }
     if (found != nullptr) {

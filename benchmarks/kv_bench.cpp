@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -444,9 +445,23 @@ class KvCases {
     keys_ = make_keys(n, o_.seed * 4 + 1);
     grads_.resize(n);
     for (size_t j = 0; j < n; ++j) grads_[j] = sparse_grad(j);
+    // The same (key, gradient) pairs in increasing key order: a trainer's
+    // batch after sort and unique, and the order ps-lite requires. Every
+    // push still gives each key its own gradient, so the reference below
+    // needs only the count of pushes.
+    std::vector<size_t> by_key(n);
+    std::iota(by_key.begin(), by_key.end(), size_t{0});
+    std::sort(by_key.begin(), by_key.end(), [&](size_t a, size_t b) { return keys_[a] < keys_[b]; });
+    sorted_keys_.resize(n);
+    std::vector<float> sorted_grads(n);
+    for (size_t j = 0; j < n; ++j) {
+      sorted_keys_[j] = keys_[by_key[j]];
+      sorted_grads[j] = grads_[by_key[j]];
+    }
     std::vector<double> client_s(o_.workers, 0.0);
     std::vector<std::deque<std::future<rdma::Status>>> in_flight(o_.workers);
     int window = 1;
+    bool sorted = false;
     auto op = [&](uint32_t w, int) {
       auto& q = in_flight[w];
       if (q.size() >= static_cast<size_t>(window)) {
@@ -454,7 +469,8 @@ class KvCases {
         q.pop_front();
       }
       const auto t0 = Clock::now();
-      q.push_back(job_->worker(w).push(kSparseTable, keys_, grads_));
+      q.push_back(sorted ? job_->worker(w).push(kSparseTable, sorted_keys_, sorted_grads)
+                         : job_->worker(w).push(kSparseTable, keys_, grads_));
       client_s[w] += std::chrono::duration<double>(Clock::now() - t0).count();
     };
     auto drain = [&](uint32_t w) {
@@ -462,15 +478,23 @@ class KvCases {
       in_flight[w].clear();
     };
     int64_t pushes = run_workers(o_.workers, warmup(2), op, drain).ops;  // inserts the keys
-    std::vector<std::pair<Timing, double>> timed;  // per window: timing, client seconds
-    for (int win : {1, o_.window}) {
-      if (win < 1 || (win == 1 && !timed.empty())) continue;
+    struct Timed {
+      int window;
+      bool sorted;
+      Timing t;
+      double client_s;
+    };
+    std::vector<Timed> timed;
+    const std::pair<int, bool> settings[] = {{1, false}, {o_.window, false}, {1, true}};
+    for (const auto& [win, in_order] : settings) {
+      if (win < 1 || (win == 1 && !in_order && !timed.empty())) continue;
       window = win;
+      sorted = in_order;
       std::fill(client_s.begin(), client_s.end(), 0.0);
       const Timing t = run_workers(o_.workers, budget(), op, drain);
       double client_total = 0.0;
       for (double c : client_s) client_total += c;
-      timed.emplace_back(t, client_total);
+      timed.push_back({win, in_order, t, client_total});
       pushes += t.ops;
     }
 
@@ -486,38 +510,43 @@ class KvCases {
     }
     if (o_.verify) check_sparse(kSparseTable, keys_, *reference_, "sparse_push");
 
-    for (size_t k = 0; k < timed.size(); ++k) {
-      const auto& [t, client_total] = timed[k];
-      const int win = k == 0 ? 1 : o_.window;
+    for (const auto& [win, in_order, t, client_total] : timed) {
       const double keys_s = static_cast<double>(t.ops) * static_cast<double>(n) / t.elapsed_s;
-      BenchRecord r = record(win > 1 ? "sparse_push_window" : "sparse_push", keys_s, "keys/s", t.ops);
+      BenchRecord r = record(in_order ? "sparse_push_sorted" : win > 1 ? "sparse_push_window" : "sparse_push", keys_s,
+                             "keys/s", t.ops);
       sparse_ceiling(r, n);
       r.with("keys", n).with("present", "yes").with("updater", "adagrad").with("in_flight", win)
+          .with("key_order", in_order ? "increasing" : "random")
           .with("goal", kSparseGoal).with("goal_ratio", keys_s / kSparseGoal)
           .with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6)
           .with("client_keys_per_s", static_cast<double>(t.ops) * static_cast<double>(n) / client_total);
       if (replay > 1) r.with("apply_keys_per_s", static_cast<double>(replay - 1) * static_cast<double>(n) / apply_s);
       r.with("verified", verified());
       report_.add(std::move(r));
-      log_ << fmt::format("{} sparse_push (window {}): {:.3g} keys/s, {} pushes of {} keys\n", provider_, win, keys_s,
-                          t.ops, n);
+      log_ << fmt::format("{} sparse_push (window {}, {} keys): {:.3g} keys/s, {} pushes of {} keys\n", provider_, win,
+                          in_order ? "increasing" : "random", keys_s, t.ops, n);
     }
   }
 
   void sparse_pull() {
-    const size_t n = o_.sparse_keys;
+    sparse_pull_case("sparse_pull", keys_, "random");
+    sparse_pull_case("sparse_pull_sorted", sorted_keys_, "increasing");
+  }
+
+  void sparse_pull_case(const char* name, const std::vector<uint64_t>& keys, const char* key_order) {
+    const size_t n = keys.size();
     for (auto& out : out_) out.assign(n, -1.0f);
-    auto op = [&](uint32_t w, int) { check(job_->worker(w).pull(kSparseTable, keys_, out_[w].data()).get(), "sparse_pull"); };
+    auto op = [&](uint32_t w, int) { check(job_->worker(w).pull(kSparseTable, keys, out_[w].data()).get(), name); };
     std::vector<float> want(n);
-    reference_->pull(keys_, want.data());
+    reference_->pull(keys, want.data());
     auto verify = [&](const char* which) {
       if (!o_.verify) return;
       for (uint32_t w = 0; w < o_.workers; ++w) {
         if (std::memcmp(out_[w].data(), want.data(), n * sizeof(float)) != 0) {
           const size_t at = static_cast<size_t>(std::mismatch(out_[w].begin(), out_[w].end(), want.begin()).first -
                                                 out_[w].begin());
-          throw CaseFailure(1, fmt::format("sparse_pull ({} pull of worker {}): key {} reads {}, the reference {}",
-                                           which, w, keys_[at], out_[w][at], want[at]));
+          throw CaseFailure(1, fmt::format("{} ({} pull of worker {}): key {} reads {}, the reference {}", name,
+                                           which, w, keys[at], out_[w][at], want[at]));
         }
         std::fill(out_[w].begin(), out_[w].end(), -1.0f);
       }
@@ -527,11 +556,12 @@ class KvCases {
     const Timing t = run_workers(o_.workers, budget(), op);
     verify("last");
     const double keys_s = static_cast<double>(t.ops) * static_cast<double>(n) / t.elapsed_s;
-    BenchRecord r = record("sparse_pull", keys_s, "keys/s", t.ops);
+    BenchRecord r = record(name, keys_s, "keys/s", t.ops);
     sparse_ceiling(r, n);
-    r.with("keys", n).with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6).with("verified", verified());
+    r.with("keys", n).with("key_order", key_order).with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6)
+        .with("verified", verified());
     report_.add(std::move(r));
-    log_ << fmt::format("{} sparse_pull: {:.3g} keys/s, {} pulls of {} keys\n", provider_, keys_s, t.ops, n);
+    log_ << fmt::format("{} {}: {:.3g} keys/s, {} pulls of {} keys\n", provider_, name, keys_s, t.ops, n);
   }
 
   void sparse_push_insert() {
@@ -690,6 +720,7 @@ class KvCases {
   std::vector<float> expected_dense_;
   std::vector<std::vector<float>> out_;           // per worker: pull destinations
   std::vector<uint64_t> keys_;
+  std::vector<uint64_t> sorted_keys_;  // keys_ in increasing order
   std::vector<float> grads_;
   std::unique_ptr<ps::SparseTable> reference_;
 };

@@ -4,6 +4,8 @@
 #include <limits>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <numeric>
 
 #include "worker/key_dedup.h"
 
@@ -181,12 +183,26 @@ struct KvClient::Split {
 
 KvClient::Split KvClient::split(std::span<const uint64_t> keys) const {
   Split sp;
-  KeyDedup dedup(keys.size());
-  sp.first.reserve(keys.size());
-  dedup.insert_all(keys, sp.first, sp.duplicates);
+  // Strictly increasing keys (a trainer's batch after sort and unique, the
+  // order ps-lite requires) hold no duplicate: one sequential pass instead
+  // of the hash table (~7 ns a key at 10^5 keys, a third of a push's work on
+  // the worker).
+  if (std::adjacent_find(keys.begin(), keys.end(), std::greater_equal<uint64_t>()) == keys.end()) {
+    sp.first.resize(keys.size());
+    std::iota(sp.first.begin(), sp.first.end(), uint32_t{0});
+  } else {
+    KeyDedup dedup(keys.size());
+    sp.first.reserve(keys.size());
+    dedup.insert_all(keys, sp.first, sp.duplicates);
+  }
+  sp.count.assign(map_.num_servers(), 0);
+  if (map_.num_servers() == 1) {
+    sp.server.assign(sp.first.size(), 0);
+    sp.count[0] = sp.first.size();
+    return sp;
+  }
   const ps::KeyPartition part = map_.partition();
   sp.server.resize(sp.first.size());
-  sp.count.assign(map_.num_servers(), 0);
   for (size_t j = 0; j < sp.first.size(); ++j) {
     sp.server[j] = part.server_of(keys[sp.first[j]]);
     ++sp.count[sp.server[j]];
@@ -231,12 +247,23 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
     key_at[s] = bytes.data() + ps::kWireHeaderBytes;
     value_at[s] = key_at[s] + sp.count[s] * 8;
   }
-  for (size_t j = 0; j < sp.first.size(); ++j) {
-    const uint32_t s = sp.server[j], i = sp.first[j];
-    std::memcpy(key_at[s], &keys[i], 8);
-    key_at[s] += 8;
-    std::memcpy(value_at[s], g + uint64_t{i} * w, w * sizeof(float));
-    value_at[s] += w * sizeof(float);
+  if (sp.first.size() == keys.size() && map_.num_servers() == 1) {
+    // No duplicate and one server: the keys and gradients as given.
+    std::memcpy(key_at[0], keys.data(), keys.size() * 8);
+    std::memcpy(value_at[0], g, keys.size() * w * sizeof(float));
+  } else {
+    // A gradient row is w floats: width 1 copies one float, not a memcpy call.
+    for (size_t j = 0; j < sp.first.size(); ++j) {
+      const uint32_t s = sp.server[j], i = sp.first[j];
+      std::memcpy(key_at[s], &keys[i], 8);
+      key_at[s] += 8;
+      if (w == 1) {
+        std::memcpy(value_at[s], g + i, sizeof(float));
+      } else {
+        std::memcpy(value_at[s], g + uint64_t{i} * w, w * sizeof(float));
+      }
+      value_at[s] += w * sizeof(float);
+    }
   }
   {
     std::lock_guard lock(mu_);

@@ -11,7 +11,8 @@
 // concurrently, and its future is ready when every server has answered (or
 // with the first error: a server's error reply names what was wrong, a
 // lost server gives a timeout). Duplicate keys are merged before a push
-// (gradients summed) and fetched once in a pull. Every request carries the
+// (gradients summed) and fetched once in a pull; keys given in strictly
+// increasing order skip that pass (they cannot repeat). Every request carries the
 // worker's clock: under SSP a server holds a pull until the slowest worker
 // is close enough. One thread of the client reads the endpoint's messages;
 // the endpoint carries nothing else.

@@ -63,7 +63,8 @@ TEST(KvBench, TinyRunVerifiesEveryCase) {
   ASSERT_EQ(measure_kv_provider(o, o.providers[0], report, log), 0) << log.str();
   ASSERT_EQ(measure_kv_memory(o, report, log), 0) << log.str();
   expect_all_cases(report, {"dense_push", "dense_pull", "dense_push_window", "dense_pull_window", "dense_read", "sparse_push",
-                            "sparse_push_window", "sparse_push_insert", "sparse_pull", "push_latency", "pull_latency", "sparse_memory"});
+                            "sparse_push_window", "sparse_push_sorted", "sparse_push_insert", "sparse_pull",
+                            "sparse_pull_sorted", "push_latency", "pull_latency", "sparse_memory"});
   size_t dense = 0;
   for (const BenchRecord& r : report.records()) {
     if (r.case_name.rfind("dense_", 0) == 0) ++dense;

@@ -651,8 +651,12 @@ void KvClient::on_reply(const rdma::Message& m) {
                                      std::to_string(rows.size()) + " keys of width " + std::to_string(p.width));
         }
       } else {
-        for (size_t j = 0; j < rows.size(); ++j) {
-          std::memcpy(p.out + uint64_t{rows[j]} * p.width, d.values.data() + j * p.width, p.width * sizeof(float));
+        if (p.width == 1) {  // one float a key: a move, not a memcpy call
+          for (size_t j = 0; j < rows.size(); ++j) std::memcpy(p.out + rows[j], d.values.data() + j, sizeof(float));
+        } else {
+          for (size_t j = 0; j < rows.size(); ++j) {
+            std::memcpy(p.out + uint64_t{rows[j]} * p.width, d.values.data() + j * p.width, p.width * sizeof(float));
+          }
         }
         if (p.data_clock != nullptr) *p.data_clock = std::min(*p.data_clock, d.header.clock);
         stats_.pull_bytes += d.values.size_bytes();

@@ -89,6 +89,10 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   kvc->add_option("--servers", kv->servers, "Servers (threads of this process)")->check(CLI::PositiveNumber)->capture_default_str();
   kvc->add_option("--workers", kv->workers, "Workers (threads of this process)")->check(CLI::PositiveNumber)->capture_default_str();
+  kvc->add_option("--apply-threads", kv->apply_threads,
+                  "Threads each server applies one large push (or answers one large pull) with; 0: one per hardware "
+                  "thread, at most 4")
+      ->capture_default_str();
   kvc->add_option("--sizes", kv->dense_sizes, "Dense request sizes in bytes, multiples of 4 KiB (K, M suffixes)")
       ->delimiter(',')
       ->transform(CLI::AsSizeValue(false))

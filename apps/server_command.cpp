@@ -23,6 +23,7 @@ struct ServerFlags {
   std::string consistency = "bsp";
   CheckpointFlags checkpoints;
   bool recover = false;
+  unsigned apply_threads = 0;
 };
 
 // Loads this server's shard of a checkpoint set: the one the scheduler
@@ -76,6 +77,7 @@ int run_server(ServerFlags f) {
   resolve_cluster_flags(f.cluster);
   ps::ServerOptions so;
   so.consistency = ps::ConsistencyModel::parse(f.consistency);
+  so.apply_threads = f.apply_threads;
   if (f.recover && f.checkpoints.dir.empty()) throw std::invalid_argument("--recover needs --checkpoint-dir (where the checkpoint is)");
   f.checkpoints.validate();
   if (!f.checkpoints.dir.empty()) std::filesystem::create_directories(f.checkpoints.dir);
@@ -182,6 +184,11 @@ void add_server_command(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand("server", "Run one parameter server of a job (joins through the scheduler)");
   add_cluster_flags(cmd, f->cluster);
   cmd->add_option("--consistency", f->consistency, kConsistencyHelp)->capture_default_str();
+  cmd->add_option("--apply-threads", f->apply_threads,
+                  "Threads that apply one large push (or answer one large sparse pull) side by side, this server's "
+                  "serving thread included; 0: one per hardware thread, at most 4")
+      ->check(CLI::Range(0u, 256u))
+      ->capture_default_str();
   add_checkpoint_flags(cmd, f->checkpoints,
                        "Checkpoint this server's shards (values and optimizer state) to DIR/server-I-of-S.ckpt: every "
                        "--checkpoint-interval seconds or --checkpoint-clocks clocks, and at the end");

@@ -133,6 +133,7 @@ class KvJob {
     }
     ps::ServerOptions so;
     so.poll = std::chrono::milliseconds(5);
+    so.apply_threads = o.apply_threads;
     // No clocks here: each push is applied as it arrives (BSP would hold a
     // round's pushes of several workers until they tick).
     so.consistency = ps::ConsistencyModel::parse("asp");

@@ -86,6 +86,7 @@ namespace parafab::benchmarks {
 struct KvBenchOptions {
   std::vector<std::string> providers{"tcp;ofi_rxm"};
   uint32_t servers = 1;
+  unsigned apply_threads = 0;  // per server (ps::ServerOptions::apply_threads); 0: auto
   uint32_t workers = 1;
   // Dense request sizes in bytes: multiples of 4 KiB (one row of 1024 floats).
   std::vector<size_t> dense_sizes{size_t{4} << 10,   size_t{16} << 10, size_t{64} << 10,

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ps/apply_pool.h"
+
 namespace parafab::ps {
 namespace {
 
@@ -98,33 +100,53 @@ void DenseTable::pull(uint64_t first_row, uint64_t rows, float* out) const {
   std::memcpy(out, values_ + (first_row - begin_) * width_, rows * width_ * sizeof(float));
 }
 
-PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grads) {
+PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grads, ApplyPool* pool) {
   check_range("push", first_row, rows);
   PushResult result;
   if (rows == 0) return result;
-  // Scratch copies of a row's value and state: the update is computed into
-  // them in one pass and written back only when applied.
-  std::vector<float> row(width_), row_state(state_floats_);
+  // Rows [r0, r1) of the push into r. Scratch copies of a row's value and
+  // state: the update is computed into them in one pass and written back
+  // only when applied.
+  auto apply_rows = [&](uint64_t r0, uint64_t r1, PushResult& r) {
+    std::vector<float> row(width_), row_state(state_floats_);
+    for (uint64_t k = r0; k < r1; ++k) {
+      const size_t local = static_cast<size_t>(first_row - begin_ + k);
+      float* value = values_ + local * width_;
+      const float* grad = grads + k * width_;
+      // Only this push writes the values (under writer_, each row by one
+      // thread), so its plain reads race with nothing; the stores below stay
+      // atomic for try_read's loads.
+      float* state = state_.data() + local * state_floats_;
+      std::memcpy(row.data(), value, width_ * sizeof(float));
+      if (state_floats_ > 0) std::memcpy(row_state.data(), state, state_floats_ * sizeof(float));
+      if (apply_update_to_copy(schema_.updater, row.data(), row_state.data(), grad, width_) != UpdateStatus::kApplied) {
+        ++r.refused_non_finite;
+        continue;
+      }
+      if (state_floats_ > 0) std::memcpy(state, row_state.data(), state_floats_ * sizeof(float));
+      store_relaxed(value, row.data(), width_);
+      ++r.applied;
+    }
+  };
+  // Split only pushes worth a helper's wake-up (tens of microseconds).
+  constexpr uint64_t kParallelFloats = 64 * 1024;  // 256 KiB of gradients
+  unsigned parts = pool == nullptr || rows * width_ < kParallelFloats ? 1u : pool->threads();
+  parts = static_cast<unsigned>(std::min<uint64_t>(parts, rows));
   std::lock_guard<std::mutex> lock(writer_);
   const uint64_t v = version_->load(std::memory_order_relaxed);
   version_->store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);  // pairs with try_read's acquire fence
-  for (uint64_t r = 0; r < rows; ++r) {
-    const size_t local = static_cast<size_t>(first_row - begin_ + r);
-    float* value = values_ + local * width_;
-    const float* grad = grads + r * width_;
-    // Only this thread writes the values (under writer_), so its plain reads
-    // race with nothing; the stores below stay atomic for try_read's loads.
-    float* state = state_.data() + local * state_floats_;
-    std::memcpy(row.data(), value, width_ * sizeof(float));
-    if (state_floats_ > 0) std::memcpy(row_state.data(), state, state_floats_ * sizeof(float));
-    if (apply_update_to_copy(schema_.updater, row.data(), row_state.data(), grad, width_) != UpdateStatus::kApplied) {
-      ++result.refused_non_finite;
-      continue;
+  if (parts <= 1) {
+    apply_rows(0, rows, result);
+  } else {
+    // The pool's hand-off orders the odd version before the helpers' stores,
+    // and their stores before the even version below.
+    std::vector<PushResult> results(parts);
+    pool->run(parts, [&](unsigned p) { apply_rows(rows * p / parts, rows * (p + 1) / parts, results[p]); });
+    for (const PushResult& r : results) {
+      result.applied += r.applied;
+      result.refused_non_finite += r.refused_non_finite;
     }
-    if (state_floats_ > 0) std::memcpy(state, row_state.data(), state_floats_ * sizeof(float));
-    store_relaxed(value, row.data(), width_);
-    ++result.applied;
   }
   version_->store(v + 2, std::memory_order_release);  // pairs with try_read's acquire load of v1
   return result;

@@ -45,7 +45,7 @@
 #include <mutex>
 #include <vector>
 
-#include "ps/sparse_table.h"  // PushResult
+#include "ps/sparse_table.h"  // PushResult, ApplyPool (declared)
 #include "ps/table_schema.h"
 
 namespace parafab::ps {
@@ -65,8 +65,10 @@ class DenseTable {
   void pull(uint64_t first_row, uint64_t rows, float* out) const;
   // Applies each row's gradient with the table's updater (apply_update); a row
   // with a non-finite gradient or result is refused and counted, the others
-  // applied. inserted is always 0.
-  PushResult push(uint64_t first_row, uint64_t rows, const float* grads);
+  // applied. inserted is always 0. With a pool, a push of many bytes is
+  // applied by its threads side by side, each over a run of rows, inside
+  // the one seqlock write (readers see all of it or none).
+  PushResult push(uint64_t first_row, uint64_t rows, const float* grads, ApplyPool* pool = nullptr);
 
   // One seqlock read attempt of rows [first_row, first_row + rows), without
   // the mutex: true with a consistent copy in out, false when a push ran

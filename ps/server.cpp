@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 namespace parafab::ps {
 namespace {
@@ -32,6 +33,9 @@ Server::Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_
       last_push_id_(map.num_workers(), 0),
       worker_bytes_pushed_(map.num_workers(), 0),
       merge_rounds_(options.consistency.kind == ConsistencyModel::Kind::kBsp && map.num_workers() > 1) {
+  unsigned apply_threads = options.apply_threads;
+  if (apply_threads == 0) apply_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  pool_ = std::make_unique<ApplyPool>(apply_threads);
   for (const TableSchema& t : map.tables) {
     t.validate();
     if (t.kind == TableKind::kSparse) {
@@ -316,7 +320,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       if (merge_rounds_) {
         rounds_.add_sparse(h.clock, worker, h.table, d.keys, d.values.data(), map_.table(h.table).width);
       } else {
-        stats_.refused_non_finite += sparse_.at(h.table)->push(d.keys, d.values.data()).refused_non_finite;
+        stats_.refused_non_finite += sparse_.at(h.table)->push(d.keys, d.values.data(), pool_.get()).refused_non_finite;
       }
       ++stats_.pushes;
       stats_.keys_pushed += d.keys.size();
@@ -329,7 +333,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       if (merge_rounds_) {
         rounds_.add_dense(h.clock, worker, h.table, d.keys[0], d.keys[1], d.values.data(), map_.table(h.table).width);
       } else {
-        stats_.refused_non_finite += dense_.at(h.table)->push(d.keys[0], d.keys[1], d.values.data()).refused_non_finite;
+        stats_.refused_non_finite += dense_.at(h.table)->push(d.keys[0], d.keys[1], d.values.data(), pool_.get()).refused_non_finite;
       }
       ++stats_.pushes;
       stats_.keys_pushed += d.keys[1];
@@ -439,7 +443,7 @@ void Server::answer_pull(const rdma::Message& message, const DecodedMessage& d) 
   if (dense) {
     dense_.at(h.table)->pull(d.keys[0], n, out);
   } else {
-    sparse_.at(h.table)->pull(d.keys, out);
+    sparse_.at(h.table)->pull(d.keys, out, pool_.get());
   }
   ++stats_.pulls;
   stats_.keys_pulled += n;
@@ -478,10 +482,10 @@ void Server::apply_rounds_before(int64_t clock, bool early) {
   if (rounds_.empty()) return;
   const MergedRounds::Sink sink{
       [&](uint32_t table, std::span<const uint64_t> keys, const float* grads) {
-        stats_.refused_non_finite += sparse_.at(table)->push(keys, grads).refused_non_finite;
+        stats_.refused_non_finite += sparse_.at(table)->push(keys, grads, pool_.get()).refused_non_finite;
       },
       [&](uint32_t table, uint64_t first_row, uint64_t rows, const float* grads) {
-        stats_.refused_non_finite += dense_.at(table)->push(first_row, rows, grads).refused_non_finite;
+        stats_.refused_non_finite += dense_.at(table)->push(first_row, rows, grads, pool_.get()).refused_non_finite;
       }};
   const size_t n = rounds_.take_before(clock, sink);
   stats_.rounds_applied += n;

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/apply_pool.h"
 #include "ps/checkpoint.h"
 #include "ps/cluster_map.h"
 #include "ps/consistency.h"
@@ -45,6 +46,10 @@ struct ServerOptions {
   ConsistencyModel consistency;  // BSP by default
   WireLimits limits;
   std::chrono::milliseconds poll{50};  // how often serve() looks at `stop`
+  // Threads that apply one large push or answer one large sparse pull side
+  // by side (ps/apply_pool.h): the serving thread and apply_threads - 1
+  // helpers, asleep between requests. 0: one per hardware thread, at most 4.
+  unsigned apply_threads = 0;
   // Checkpoints (ps/checkpoint.h) to this file, when not empty: every
   // checkpoint_interval (0: not by time) and whenever the minimum worker
   // clock has advanced checkpoint_clocks since the last (0: not by clocks),
@@ -156,6 +161,7 @@ class Server {
   KeyRange range_;
   std::map<uint32_t, std::unique_ptr<SparseTable>> sparse_;
   std::map<uint32_t, std::unique_ptr<DenseTable>> dense_;
+  std::unique_ptr<ApplyPool> pool_;  // options_.apply_threads, resolved
   // Dense shards registered for one-sided reads (providers with FI_RMA).
   std::map<uint32_t, rdma::MemoryRegion> dense_regions_;
   ClockTable clocks_;

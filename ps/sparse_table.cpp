@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "ps/apply_pool.h"
 #include "ps/key_hash.h"
 #include "ps/updaters/batched_width1.h"
 
@@ -168,15 +169,13 @@ struct alignas(64) SparseTable::SubShard {
   std::vector<float> side;
 };
 
-namespace {
-
 // Per-thread scratch for grouping a call's keys by sub-shard. Reused across
 // calls (and tables) so steady-state pushes do not allocate. The sorted
 // arrays hold only what the per-sub-shard loops read: their writes to
 // scattered positions (megabytes at 10^5 keys) are most of the grouping's
 // time. The hash's low half is recomputed rather than kept by input
 // position, and `order` is written only when gradients are not gathered.
-struct Grouping {
+struct SparseTable::Grouping {
   std::vector<uint16_t> shard;       // by input position
   std::vector<uint32_t> offsets;     // sub-shard s owns sorted positions [offsets[s], offsets[s+1])
   std::vector<uint32_t> cursor;
@@ -228,12 +227,36 @@ struct Grouping {
   }
 };
 
-Grouping& thread_grouping() {
-  thread_local Grouping g;
+namespace {
+
+SparseTable::Grouping& thread_grouping() {
+  thread_local SparseTable::Grouping g;
   return g;
 }
 
+// Parts of a call for `pool`: 1 below kParallelKeys keys (waking a helper
+// costs tens of microseconds, a key well under 0.1), else one per thread.
+constexpr size_t kParallelKeys = 16384;
+unsigned parts_for(const ApplyPool* pool, size_t keys) {
+  return pool == nullptr || keys < kParallelKeys ? 1u : pool->threads();
+}
+
 }  // namespace
+
+// Sub-shards [first[p], first[p + 1]) go to part p: runs of about equal key
+// counts, so that the parts finish together.
+std::vector<unsigned> SparseTable::split_sub_shards(const Grouping& g, unsigned parts) const {
+  std::vector<unsigned> first(parts + 1, sub_shard_count_);
+  first[0] = 0;
+  const uint64_t n = g.offsets[sub_shard_count_];
+  unsigned sh = 0;
+  for (unsigned p = 1; p < parts; ++p) {
+    const uint64_t target = n * p / parts;
+    while (sh < sub_shard_count_ && g.offsets[sh] < target) ++sh;
+    first[p] = sh;
+  }
+  return first;
+}
 
 SparseTable::SparseTable(const TableSchema& schema, unsigned sub_shards) : schema_(schema) {
   schema_.validate();
@@ -299,8 +322,8 @@ void SparseTable::grow_to(SubShard& s, uint64_t cap) {
 // (which moves the slots) and before a key whose slot may already be in it,
 // so a key given twice in one call is still applied twice, in order.
 template <int kMode>
-void SparseTable::push_sub_shard(SubShard& s, size_t begin, size_t count, const float* grads, PushResult& result) {
-  const Grouping& g = thread_grouping();
+void SparseTable::push_sub_shard(const Grouping& g, SubShard& s, size_t begin, size_t count, const float* grads,
+                                 PushResult& result) {
   const uint32_t* low = g.sorted_low.data() + begin;
   const uint64_t* keys = g.sorted_keys.data() + begin;
   // Width 1: the gradients were gathered in sorted order, and `order` is not kept.
@@ -426,7 +449,7 @@ void SparseTable::push_sub_shard(SubShard& s, size_t begin, size_t count, const 
   result.inserted += inserted;
 }
 
-PushResult SparseTable::push(std::span<const uint64_t> keys, const float* grads) {
+PushResult SparseTable::push(std::span<const uint64_t> keys, const float* grads, ApplyPool* pool) {
   PushResult result;
   if (keys.empty()) return result;
   int mode = kGeneric;
@@ -434,22 +457,40 @@ PushResult SparseTable::push(std::span<const uint64_t> keys, const float* grads)
   if (width_ == 1 && schema_.updater.kind == UpdaterKind::kAdaGrad) mode = kAdaGradWidth1;
   Grouping& g = thread_grouping();
   g.build(keys, sub_shard_count_, mode == kGeneric ? nullptr : grads);
-  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
-    const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
-    if (begin == end) continue;
-    SubShard& s = shards_[sh];
-    std::lock_guard<std::mutex> lock(s.mu);
-    switch (mode) {
-      case kSgdWidth1: push_sub_shard<kSgdWidth1>(s, begin, end - begin, grads, result); break;
-      case kAdaGradWidth1: push_sub_shard<kAdaGradWidth1>(s, begin, end - begin, grads, result); break;
-      default: push_sub_shard<kGeneric>(s, begin, end - begin, grads, result); break;
+  // Each part applies its own run of sub-shards (under their locks) with the
+  // grouping built here; the pool's hand-off orders the grouping's writes
+  // before the helpers' reads.
+  auto apply_run = [&](unsigned first, unsigned last, PushResult& r) {
+    for (unsigned sh = first; sh < last; ++sh) {
+      const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
+      if (begin == end) continue;
+      SubShard& s = shards_[sh];
+      std::lock_guard<std::mutex> lock(s.mu);
+      switch (mode) {
+        case kSgdWidth1: push_sub_shard<kSgdWidth1>(g, s, begin, end - begin, grads, r); break;
+        case kAdaGradWidth1: push_sub_shard<kAdaGradWidth1>(g, s, begin, end - begin, grads, r); break;
+        default: push_sub_shard<kGeneric>(g, s, begin, end - begin, grads, r); break;
+      }
     }
+  };
+  const unsigned parts = parts_for(pool, keys.size());
+  if (parts == 1) {
+    apply_run(0, sub_shard_count_, result);
+    return result;
+  }
+  const std::vector<unsigned> first = split_sub_shards(g, parts);
+  std::vector<PushResult> results(parts);
+  pool->run(parts, [&](unsigned p) { apply_run(first[p], first[p + 1], results[p]); });
+  for (const PushResult& r : results) {
+    result.applied += r.applied;
+    result.refused_non_finite += r.refused_non_finite;
+    result.inserted += r.inserted;
   }
   return result;
 }
 
-void SparseTable::pull_sub_shard(const SubShard& s, size_t begin, size_t count, float* out) const {
-  const Grouping& g = thread_grouping();
+void SparseTable::pull_sub_shard(const Grouping& g, const SubShard& s, size_t begin, size_t count,
+                                 float* out) const {
   const uint32_t* low = g.sorted_low.data() + begin;
   const uint64_t* keys = g.sorted_keys.data() + begin;
   const uint32_t* order = g.order.data() + begin;
@@ -484,17 +525,26 @@ void SparseTable::pull_sub_shard(const SubShard& s, size_t begin, size_t count, 
   }
 }
 
-void SparseTable::pull(std::span<const uint64_t> keys, float* out) const {
+void SparseTable::pull(std::span<const uint64_t> keys, float* out, ApplyPool* pool) const {
   if (keys.empty()) return;
   Grouping& g = thread_grouping();
   g.build(keys, sub_shard_count_);
-  for (unsigned sh = 0; sh < sub_shard_count_; ++sh) {
-    const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
-    if (begin == end) continue;
-    const SubShard& s = shards_[sh];
-    std::lock_guard<std::mutex> lock(s.mu);
-    pull_sub_shard(s, begin, end - begin, out);
+  auto read_run = [&](unsigned first, unsigned last) {
+    for (unsigned sh = first; sh < last; ++sh) {
+      const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
+      if (begin == end) continue;
+      const SubShard& s = shards_[sh];
+      std::lock_guard<std::mutex> lock(s.mu);
+      pull_sub_shard(g, s, begin, end - begin, out);
+    }
+  };
+  const unsigned parts = parts_for(pool, keys.size());
+  if (parts == 1) {
+    read_run(0, sub_shard_count_);
+    return;
   }
+  const std::vector<unsigned> first = split_sub_shards(g, parts);
+  pool->run(parts, [&](unsigned p) { read_run(first[p], first[p + 1]); });
 }
 
 size_t SparseTable::size() const {

@@ -45,6 +45,8 @@
 
 namespace parafab::ps {
 
+class ApplyPool;
+
 struct PushResult {
   size_t applied = 0;             // keys whose gradient was applied
   size_t refused_non_finite = 0;  // keys refused: non-finite gradient or result (value untouched)
@@ -62,8 +64,9 @@ class SparseTable {
 
   // out: keys.size() x width floats, row i for keys[i]. Absent keys read as
   // their initial value (initialize_value) and are not inserted. Duplicate
-  // keys are allowed here.
-  void pull(std::span<const uint64_t> keys, float* out) const;
+  // keys are allowed here. With a pool, a call of many keys is split by
+  // sub-shards over its threads.
+  void pull(std::span<const uint64_t> keys, float* out, ApplyPool* pool = nullptr) const;
 
   // grads: keys.size() x width floats. Keys must be unique within one call
   // (the client merges duplicates; a duplicate is applied twice). Absent keys
@@ -71,8 +74,10 @@ class SparseTable {
   // gradient is applied with the table's updater (apply_update, or a batched
   // width-1 SGD/AdaGrad path with the same arithmetic). A key whose gradient
   // is not finite is refused and counted, and not inserted; the others of the
-  // same push are applied.
-  PushResult push(std::span<const uint64_t> keys, const float* grads);
+  // same push are applied. With a pool, a push of many keys is applied by
+  // its threads side by side, each over a run of sub-shards (results are the
+  // same: a key lives in one sub-shard, and its entries keep their order).
+  PushResult push(std::span<const uint64_t> keys, const float* grads, ApplyPool* pool = nullptr);
 
   size_t size() const;          // keys held
   size_t memory_bytes() const;  // bytes of the arrays and bookkeeping the table holds
@@ -98,9 +103,16 @@ class SparseTable {
 
  private:
   struct SubShard;
+
+ public:
+  struct Grouping;  // a call's keys sorted by sub-shard (sparse_table.cpp)
+
+ private:
   template <int kMode>
-  void push_sub_shard(SubShard& s, size_t begin, size_t count, const float* grads, PushResult& result);
-  void pull_sub_shard(const SubShard& s, size_t begin, size_t count, float* out) const;
+  void push_sub_shard(const Grouping& g, SubShard& s, size_t begin, size_t count, const float* grads,
+                      PushResult& result);
+  void pull_sub_shard(const Grouping& g, const SubShard& s, size_t begin, size_t count, float* out) const;
+  std::vector<unsigned> split_sub_shards(const Grouping& g, unsigned parts) const;
   static uint64_t capacity_for(uint64_t keys);  // the capacity that holds keys at the target load
   void grow_to(SubShard& s, uint64_t capacity);
 

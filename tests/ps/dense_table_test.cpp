@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "ps/apply_pool.h"
+
 namespace parafab::ps {
 namespace {
 
@@ -75,6 +77,33 @@ TEST(DenseTable, PushPullRangesMatchApplyUpdateOnAPlainArray) {
     table.pull(650, 7, part.data());
     EXPECT_EQ(std::memcmp(part.data(), value.data() + 450 * kWidth, part.size() * sizeof(float)), 0);
     EXPECT_EQ(table.version(), 100u);
+  }
+}
+
+// With a pool, a push of many bytes is applied by several threads over runs
+// of rows, inside one seqlock write: the same floats as the serial push.
+TEST(DenseTable, APushSplitOverAPoolMatchesTheSerialPush) {
+  ApplyPool pool(3);
+  for (UpdaterKind kind : {UpdaterKind::kSgd, UpdaterKind::kAdaGrad, UpdaterKind::kAdam}) {
+    constexpr uint32_t kWidth = 1024;
+    constexpr uint64_t kRows = 101;  // 101 x 4 KiB: split, in uneven parts
+    const TableSchema t = dense_schema(kind, kWidth, kRows);
+    DenseTable split(t, 0, kRows), serial(t, 0, kRows);
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> grads(kRows * kWidth);
+      for (float& g : grads) g = gauss(rng);
+      grads[(7 + 13 * round) * kWidth + 5] = std::numeric_limits<float>::infinity();  // that row is refused
+      const PushResult a = split.push(0, kRows, grads.data(), &pool);
+      const PushResult b = serial.push(0, kRows, grads.data());
+      EXPECT_EQ(a.applied, kRows - 1);
+      EXPECT_EQ(a.applied, b.applied);
+      EXPECT_EQ(a.refused_non_finite, 1u);
+      EXPECT_EQ(a.refused_non_finite, b.refused_non_finite);
+    }
+    EXPECT_EQ(std::memcmp(split.values(), serial.values(), split.value_bytes()), 0) << to_string(kind);
+    EXPECT_EQ(split.version(), 6u);  // one seqlock write a push
   }
 }
 

@@ -577,6 +577,42 @@ TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(job.server(0).stats().refused_non_finite, 1u);
 }
 
+// With two servers each owns half of the hashed keys: a push or pull of a
+// key that the other server owns is refused with an error naming both, and
+// a server that owns every key (the only one) accepts any.
+TEST(PsValidation, KeysOfAnotherServerAreRefusedNamingIt) {
+  Job job("tcp;ofi_rxm", 2, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1);
+  job.start();
+  rdma::Endpoint& rogue = job.endpoint(3);  // worker 1's endpoint, speaking raw bytes
+  const KeyPartition& part = job.map().partition();
+  uint64_t theirs = 1;
+  while (part.server_of(theirs) != 1) ++theirs;
+  uint64_t ours = 1;
+  while (part.server_of(ours) != 0) ++ours;
+  const float one = 1.0f;
+  const std::vector<uint64_t> keys = {ours, theirs};
+  const std::vector<float> grads = {one, one};
+  for (Op op : {Op::kPush, Op::kPull}) {
+    const auto bytes = encode_message(WireHeader{.op = op, .table = 0, .sender = 3, .request_id = 5}, keys,
+                                      op == Op::kPush ? std::span<const float>(grads) : std::span<const float>());
+    ASSERT_TRUE(rogue.send(0, 0, bytes.data(), bytes.size()).get().ok());
+    auto m = rogue.receive(std::chrono::seconds(10));
+    ASSERT_TRUE(m);
+    DecodedMessage d;
+    ASSERT_FALSE(decode_message(m->data, WireLimits{}, d));
+    EXPECT_EQ(d.header.op, Op::kError);
+    EXPECT_NE(d.error_text.find("key " + std::to_string(theirs) + " belongs to server 1, not 0"), std::string::npos)
+        << d.error_text;
+  }
+  EXPECT_EQ(job.server(0).stats().bad_messages, 2u);
+  EXPECT_EQ(job.server(0).sparse_table(0)->size(), 0u);  // the refused push changed nothing
+  Job alone("tcp;ofi_rxm", 1, 1, {sgd_table(0, 1)});
+  alone.start();
+  ASSERT_TRUE(alone.worker(0).push(0, keys, grads).get().ok());
+  EXPECT_EQ(alone.server(0).sparse_table(0)->size(), 2u);
+  EXPECT_EQ(alone.server(0).stats().bad_messages, 0u);
+}
+
 // A push sent again with the same request id (a worker retrying after a
 // lost reply) is answered every time and applied once; a later id is
 // applied. Sparse and dense alike; the count of retries is kept.

@@ -110,6 +110,34 @@ void expect_bits_equal(float a, float b, const std::string& what) {
   EXPECT_EQ(x, y) << what << ": " << a << " vs " << b;
 }
 
+// Every key the table holds against the reference, value and state bit for
+// bit, and no key missing.
+void expect_same_as_ref(const SparseTable& table, const ExactRef& ref) {
+  const uint32_t width = table.schema().width;
+  size_t visited = 0;
+  table.for_each([&](uint64_t key, const float* value, const float* state) {
+    auto it = ref.rows.find(key);
+    ASSERT_NE(it, ref.rows.end()) << key;
+    for (size_t c = 0; c < it->second.size(); ++c) {
+      expect_bits_equal(c < width ? value[c] : state[c - width], it->second[c], "key " + std::to_string(key));
+    }
+    ++visited;
+  });
+  EXPECT_EQ(visited, ref.rows.size());
+}
+
+// At least n keys drawn from universe, one in every `again` followed by
+// itself (a key given twice in one push, right after itself too).
+std::vector<uint64_t> keys_with_repeats(const std::vector<uint64_t>& universe, size_t n, uint64_t again,
+                                        std::mt19937_64& rng) {
+  std::vector<uint64_t> keys;
+  while (keys.size() < n) {
+    keys.push_back(universe[rng() % universe.size()]);
+    if (rng() % again == 0) keys.push_back(keys.back());
+  }
+  return keys;
+}
+
 // ---- exact agreement with apply_update, every updater and width -------------
 
 class SparseExact : public ::testing::TestWithParam<std::tuple<UpdaterKind, uint32_t, unsigned>> {};
@@ -302,11 +330,7 @@ TEST(SparseTable, AKeyGivenTwiceInOnePushIsAppliedTwiceInOrder) {
     const std::vector<uint64_t> universe = unique_random_keys(300, rng);
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     for (int round = 0; round < 5; ++round) {
-      std::vector<uint64_t> keys;
-      for (int i = 0; i < 5000; ++i) {
-        keys.push_back(universe[rng() % universe.size()]);
-        if (rng() % 8 == 0) keys.push_back(keys.back());  // right after itself, too
-      }
+      const std::vector<uint64_t> keys = keys_with_repeats(universe, 5000, 8, rng);
       std::vector<float> grads(keys.size());
       for (float& g : grads) g = gauss(rng);
       const PushResult got = table.push(keys, grads.data());
@@ -314,14 +338,7 @@ TEST(SparseTable, AKeyGivenTwiceInOnePushIsAppliedTwiceInOrder) {
       ASSERT_EQ(got.applied, want.applied);
       ASSERT_EQ(got.inserted, want.inserted);
     }
-    size_t visited = 0;
-    table.for_each([&](uint64_t key, const float* value, const float* state) {
-      const std::vector<float>& row = ref.rows.at(key);
-      expect_bits_equal(value[0], row[0], "value of key " + std::to_string(key));
-      if (kind == UpdaterKind::kAdaGrad) expect_bits_equal(state[0], row[1], "accumulator of key " + std::to_string(key));
-      ++visited;
-    });
-    EXPECT_EQ(visited, ref.rows.size());
+    expect_same_as_ref(table, ref);
   }
 }
 
@@ -340,11 +357,7 @@ TEST(SparseTable, PushesAndPullsSplitOverAPoolMatchTheReferenceExactly) {
     const std::vector<uint64_t> universe = unique_random_keys(60000, rng);
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     for (int round = 0; round < 4; ++round) {
-      std::vector<uint64_t> keys;
-      while (keys.size() < 40000) {
-        keys.push_back(universe[rng() % universe.size()]);
-        if (rng() % 16 == 0) keys.push_back(keys.back());
-      }
+      const std::vector<uint64_t> keys = keys_with_repeats(universe, 40000, 16, rng);
       std::vector<float> grads(keys.size() * width);
       for (float& g : grads) g = gauss(rng);
       grads[rng() % grads.size()] = std::numeric_limits<float>::quiet_NaN();
@@ -368,15 +381,7 @@ TEST(SparseTable, PushesAndPullsSplitOverAPoolMatchTheReferenceExactly) {
         expect_bits_equal(out[i * width + c], want[c], "key " + std::to_string(universe[i]));
       }
     }
-    size_t visited = 0;
-    table.for_each([&, width = width](uint64_t key, const float* value, const float* state) {
-      const std::vector<float>& row = ref.rows.at(key);
-      for (size_t c = 0; c < row.size(); ++c) {
-        expect_bits_equal(c < width ? value[c] : state[c - width], row[c], "key " + std::to_string(key));
-      }
-      ++visited;
-    });
-    EXPECT_EQ(visited, ref.rows.size());
+    expect_same_as_ref(table, ref);
   }
 }
 

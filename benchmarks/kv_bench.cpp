@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <numeric>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -856,7 +856,8 @@ int run_kv_bench(const KvBenchOptions& o, std::ostream& out) {
   out << "\nratio: value / ceiling for MB/s and keys/s, ceiling / value for us and B/key (lower is better); >= 1 is "
          "as good as the ceiling.\nceilings: bench fabric's tagged_pingpong (one request at a time) or tagged_stream "
          "(window) of the same size and provider, measured in this run; sparse keys/s: that MB/s / 12 bytes a key; "
-         "latency: its 1 KiB round trip; sparse_memory: the 24 B/key goal.\n";
+         "*_sorted: the same keys in increasing order; latency: its 1 KiB round trip; sparse_memory: the 24 B/key "
+         "goal.\n";
   report.print_table(out);
   if (!o.json_path.empty()) report.write_json_lines(o.json_path);
   return rc;

@@ -45,9 +45,15 @@
 //                            reference replay).
 //   sparse_push_window       the same with `window` pushes in flight (client
 //                            encoding overlaps the server's apply).
+//   sparse_push_sorted       sparse_push with the same (key, gradient) pairs
+//                            in increasing key order, one at a time: what a
+//                            trainer's sorted, unique batch costs, and the
+//                            order ps-lite requires (the client skips its
+//                            dedup pass); field key_order.
 //   sparse_push_insert       sparse_push with fresh keys in every push (first insert).
 //   sparse_pull              the keys of sparse_push: keys/s, same ceiling
 //                            (8 bytes a key out, 4 back).
+//   sparse_pull_sorted       the same keys in increasing order.
 //   push_latency, pull_latency   a 1 KiB request (256 floats of a dense table
 //                            of width 256), one at a time, worker 0 alone:
 //                            mean round trip in us (fields p50_us, p99_us).

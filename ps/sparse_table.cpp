@@ -1,9 +1,9 @@
 // SparseTable: sub-sharded linear probing (layout and growth policy in the
 // header). A push or pull runs in three steps:
-//   1. hash every key once and counting-sort the positions by sub-shard
-//      (scratch arrays per thread, reused across calls: a 10^5-key push then
-//      allocates nothing);
-//   2. per sub-shard, take its lock once;
+//   1. counting-sort the keys by sub-shard (scratch arrays per thread,
+//      reused across calls: a 10^5-key push then allocates nothing);
+//   2. per sub-shard, take its lock once (with an ApplyPool, runs of
+//      sub-shards go to its threads side by side);
 //   3. walk that sub-shard's keys, prefetching the home slot (key and value
 //      lines) kAhead keys ahead, so the cache misses of successive keys
 //      overlap instead of queuing one after the other; each probe compares

@@ -31,7 +31,7 @@ inline double soft_threshold_select(double u, double t) {
 // (x86-64-v4), for AVX2 and for the baseline, and the loader picks one per
 // machine: GCC vectorizes the check loops' double-precision misfit counts
 // only from AVX2 on, and a dense row is thousands of coordinates. The
-// AVX-512 clone: 1 MiB dense push, SGD 4.6 -> 5.7 GB/s, AdaGrad 2.2 -> 2.8
+// AVX-512 clone: 1 MiB dense push, SGD 4.6 -> 5.4 GB/s, AdaGrad 2.2 -> 2.8
 // GB/s (one Zen 4 core). The files are built with -ffp-contract=off, so
 // every clone rounds each operation alike: the same floats on any machine.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

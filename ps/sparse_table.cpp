@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -243,9 +244,17 @@ unsigned parts_for(const ApplyPool* pool, size_t keys) {
 
 }  // namespace
 
-// Sub-shards [first[p], first[p + 1]) go to part p: runs of about equal key
-// counts, so that the parts finish together.
-std::vector<unsigned> SparseTable::split_sub_shards(const Grouping& g, unsigned parts) const {
+// Calls run(part, first, last) for each of `parts` runs of sub-shards
+// [first, last): all of them on this thread when parts is 1, else side by
+// side on the pool, runs of about equal key counts so that the parts finish
+// together. The pool's hand-off orders the grouping's writes before the
+// helpers' reads.
+void SparseTable::over_sub_shard_runs(const Grouping& g, ApplyPool* pool, unsigned parts,
+                                      const std::function<void(unsigned, unsigned, unsigned)>& run) const {
+  if (parts <= 1) {
+    run(0, 0, sub_shard_count_);
+    return;
+  }
   std::vector<unsigned> first(parts + 1, sub_shard_count_);
   first[0] = 0;
   const uint64_t n = g.offsets[sub_shard_count_];
@@ -255,7 +264,7 @@ std::vector<unsigned> SparseTable::split_sub_shards(const Grouping& g, unsigned 
     while (sh < sub_shard_count_ && g.offsets[sh] < target) ++sh;
     first[p] = sh;
   }
-  return first;
+  pool->run(parts, [&](unsigned p) { run(p, first[p], first[p + 1]); });
 }
 
 SparseTable::SparseTable(const TableSchema& schema, unsigned sub_shards) : schema_(schema) {
@@ -457,30 +466,22 @@ PushResult SparseTable::push(std::span<const uint64_t> keys, const float* grads,
   if (width_ == 1 && schema_.updater.kind == UpdaterKind::kAdaGrad) mode = kAdaGradWidth1;
   Grouping& g = thread_grouping();
   g.build(keys, sub_shard_count_, mode == kGeneric ? nullptr : grads);
-  // Each part applies its own run of sub-shards (under their locks) with the
-  // grouping built here; the pool's hand-off orders the grouping's writes
-  // before the helpers' reads.
-  auto apply_run = [&](unsigned first, unsigned last, PushResult& r) {
+  // Each part applies its own run of sub-shards, each under its lock.
+  const unsigned parts = parts_for(pool, keys.size());
+  std::vector<PushResult> results(parts);
+  over_sub_shard_runs(g, pool, parts, [&](unsigned p, unsigned first, unsigned last) {
     for (unsigned sh = first; sh < last; ++sh) {
       const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
       if (begin == end) continue;
       SubShard& s = shards_[sh];
       std::lock_guard<std::mutex> lock(s.mu);
       switch (mode) {
-        case kSgdWidth1: push_sub_shard<kSgdWidth1>(g, s, begin, end - begin, grads, r); break;
-        case kAdaGradWidth1: push_sub_shard<kAdaGradWidth1>(g, s, begin, end - begin, grads, r); break;
-        default: push_sub_shard<kGeneric>(g, s, begin, end - begin, grads, r); break;
+        case kSgdWidth1: push_sub_shard<kSgdWidth1>(g, s, begin, end - begin, grads, results[p]); break;
+        case kAdaGradWidth1: push_sub_shard<kAdaGradWidth1>(g, s, begin, end - begin, grads, results[p]); break;
+        default: push_sub_shard<kGeneric>(g, s, begin, end - begin, grads, results[p]); break;
       }
     }
-  };
-  const unsigned parts = parts_for(pool, keys.size());
-  if (parts == 1) {
-    apply_run(0, sub_shard_count_, result);
-    return result;
-  }
-  const std::vector<unsigned> first = split_sub_shards(g, parts);
-  std::vector<PushResult> results(parts);
-  pool->run(parts, [&](unsigned p) { apply_run(first[p], first[p + 1], results[p]); });
+  });
   for (const PushResult& r : results) {
     result.applied += r.applied;
     result.refused_non_finite += r.refused_non_finite;
@@ -529,7 +530,7 @@ void SparseTable::pull(std::span<const uint64_t> keys, float* out, ApplyPool* po
   if (keys.empty()) return;
   Grouping& g = thread_grouping();
   g.build(keys, sub_shard_count_);
-  auto read_run = [&](unsigned first, unsigned last) {
+  over_sub_shard_runs(g, pool, parts_for(pool, keys.size()), [&](unsigned, unsigned first, unsigned last) {
     for (unsigned sh = first; sh < last; ++sh) {
       const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
       if (begin == end) continue;
@@ -537,14 +538,7 @@ void SparseTable::pull(std::span<const uint64_t> keys, float* out, ApplyPool* po
       std::lock_guard<std::mutex> lock(s.mu);
       pull_sub_shard(g, s, begin, end - begin, out);
     }
-  };
-  const unsigned parts = parts_for(pool, keys.size());
-  if (parts == 1) {
-    read_run(0, sub_shard_count_);
-    return;
-  }
-  const std::vector<unsigned> first = split_sub_shards(g, parts);
-  pool->run(parts, [&](unsigned p) { read_run(first[p], first[p + 1]); });
+  });
 }
 
 size_t SparseTable::size() const {

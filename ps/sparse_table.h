@@ -112,7 +112,8 @@ class SparseTable {
   void push_sub_shard(const Grouping& g, SubShard& s, size_t begin, size_t count, const float* grads,
                       PushResult& result);
   void pull_sub_shard(const Grouping& g, const SubShard& s, size_t begin, size_t count, float* out) const;
-  std::vector<unsigned> split_sub_shards(const Grouping& g, unsigned parts) const;
+  void over_sub_shard_runs(const Grouping& g, ApplyPool* pool, unsigned parts,
+                           const std::function<void(unsigned part, unsigned first, unsigned last)>& run) const;
   static uint64_t capacity_for(uint64_t keys);  // the capacity that holds keys at the target load
   void grow_to(SubShard& s, uint64_t capacity);
 

@@ -155,28 +155,34 @@ bool all_finite(const float* x, size_t n) {
 
 UpdateStatus apply_update_to_copy(const UpdaterConfig& config, float* value, float* state, const float* grad,
                                   size_t width) {
-  if (!all_finite(grad, width)) return UpdateStatus::kNonFiniteGradient;
+  using updaters::StepMode;
+  // One pass: the copies are written and checked together, the gradient
+  // with them; a refusal is rare, and only then is the gradient checked alone
+  // to name the cause.
+  bool ok = false;
   switch (config.kind) {
-    case UpdaterKind::kSgd: (void)updaters::sgd_step(config, value, grad, width, true); break;
-    case UpdaterKind::kAdaGrad: (void)updaters::adagrad_step(config, value, state, grad, width, true); break;
-    case UpdaterKind::kFtrl: (void)updaters::ftrl_step(config, value, state, grad, width, true); break;
-    case UpdaterKind::kAdam: (void)updaters::adam_step(config, value, state, grad, width, true); break;
+    case UpdaterKind::kSgd: ok = updaters::sgd_step(config, value, grad, width, StepMode::kCommitChecked); break;
+    case UpdaterKind::kAdaGrad:
+      ok = updaters::adagrad_step(config, value, state, grad, width, StepMode::kCommitChecked);
+      break;
+    case UpdaterKind::kFtrl: ok = updaters::ftrl_step(config, value, state, grad, width, StepMode::kCommitChecked); break;
+    case UpdaterKind::kAdam: ok = updaters::adam_step(config, value, state, grad, width, StepMode::kCommitChecked); break;
   }
-  const bool finite = all_finite(value, width) && all_finite(state, state_floats_per_key(config.kind, width));
-  return finite ? UpdateStatus::kApplied : UpdateStatus::kNonFiniteResult;
+  if (ok) return UpdateStatus::kApplied;
+  return all_finite(grad, width) ? UpdateStatus::kNonFiniteResult : UpdateStatus::kNonFiniteGradient;
 }
 
 UpdateStatus apply_update(const UpdaterConfig& config, float* value, float* state, const float* grad,
                           size_t width) {
   if (!all_finite(grad, width)) return UpdateStatus::kNonFiniteGradient;
   // Check pass, then commit pass (see updaters/updater_steps.h).
-  for (bool commit : {false, true}) {
+  for (const updaters::StepMode mode : {updaters::StepMode::kCheck, updaters::StepMode::kCommit}) {
     bool ok = false;
     switch (config.kind) {
-      case UpdaterKind::kSgd: ok = updaters::sgd_step(config, value, grad, width, commit); break;
-      case UpdaterKind::kAdaGrad: ok = updaters::adagrad_step(config, value, state, grad, width, commit); break;
-      case UpdaterKind::kFtrl: ok = updaters::ftrl_step(config, value, state, grad, width, commit); break;
-      case UpdaterKind::kAdam: ok = updaters::adam_step(config, value, state, grad, width, commit); break;
+      case UpdaterKind::kSgd: ok = updaters::sgd_step(config, value, grad, width, mode); break;
+      case UpdaterKind::kAdaGrad: ok = updaters::adagrad_step(config, value, state, grad, width, mode); break;
+      case UpdaterKind::kFtrl: ok = updaters::ftrl_step(config, value, state, grad, width, mode); break;
+      case UpdaterKind::kAdam: ok = updaters::adam_step(config, value, state, grad, width, mode); break;
     }
     if (!ok) return UpdateStatus::kNonFiniteResult;
   }

@@ -118,12 +118,11 @@ UpdateStatus apply_update(const UpdaterConfig& config, float* value, float* stat
 
 // apply_update for a caller that updates copies of a key's value and state
 // (DenseTable's scratch row) and keeps its originals until this says
-// kApplied: one pass computes and writes the copies, then every new float
-// is checked to be finite (apply_update computes twice, checking first, to
+// kApplied: one pass computes and writes the copies and checks the gradient
+// and every new float (apply_update computes twice, checking first, to
 // leave its arguments untouched). Applied, the copies hold exactly what
-// apply_update writes; refused, they hold garbage to drop. It refuses what
-// apply_update refuses, but for a result just beyond FLT_MAX that rounds to
-// FLT_MAX, which it keeps.
+// apply_update writes; refused (for what apply_update refuses), they hold
+// garbage to drop.
 UpdateStatus apply_update_to_copy(const UpdaterConfig& config, float* value, float* state, const float* grad,
                                   size_t width);
 

@@ -9,32 +9,24 @@
 
 namespace parafab::ps::updaters {
 
-PARAFAB_UPDATER_CLONES bool adagrad_step(const UpdaterConfig& c, float* value, float* state, const float* grad, size_t width,
-                  bool commit) {
+PARAFAB_UPDATER_CLONES bool adagrad_step(const UpdaterConfig& c, float* value, float* state, const float* grad,
+                                         size_t width, StepMode mode) {
   const double lr = c.learning_rate, l1 = c.l1, l2 = c.l2, eps = c.adagrad_epsilon;
   float* acc = state;
-  // As sgd_step: two loops without branches, so that both vectorize.
-  if (!commit) {
-    int misfits = 0;
-#pragma omp simd reduction(+ : misfits)
-    for (size_t i = 0; i < width; ++i) {
-      const double w = value[i];
-      const double g = static_cast<double>(grad[i]) + l2 * w;
-      const double G = static_cast<double>(acc[i]) + g * g;
-      const double eta = lr / (eps + std::sqrt(G));
-      misfits += !fits_float(G) + !fits_float(soft_threshold_select(w - eta * g, eta * l1));
-    }
-    return misfits == 0;
-  }
-  for (size_t i = 0; i < width; ++i) {
+  return run_step(mode, grad, width, [&](size_t i, auto write) {
     const double w = value[i];
     const double g = static_cast<double>(grad[i]) + l2 * w;
     const double G = static_cast<double>(acc[i]) + g * g;
     const double eta = lr / (eps + std::sqrt(G));
-    acc[i] = static_cast<float>(G);
-    value[i] = static_cast<float>(soft_threshold_select(w - eta * g, eta * l1));
-  }
-  return true;
+    const double w_new = soft_threshold_select(w - eta * g, eta * l1);
+    if constexpr (decltype(write)::value) {
+      acc[i] = static_cast<float>(G);
+      value[i] = static_cast<float>(w_new);
+      return !float_is_finite(acc[i]) + !float_is_finite(value[i]);
+    } else {
+      return !fits_float(G) + !fits_float(w_new);
+    }
+  });
 }
 
 }  // namespace parafab::ps::updaters

@@ -19,8 +19,8 @@ namespace {
 constexpr float kMaxStep = 16777216.0f;  // 2^24
 }  // namespace
 
-PARAFAB_UPDATER_CLONES bool adam_step(const UpdaterConfig& c, float* value, float* state, const float* grad, size_t width,
-               bool commit) {
+PARAFAB_UPDATER_CLONES bool adam_step(const UpdaterConfig& c, float* value, float* state, const float* grad,
+                                      size_t width, StepMode mode) {
   const double lr = c.learning_rate, l2 = c.l2, b1 = c.adam_beta1, b2 = c.adam_beta2, eps = c.adam_epsilon;
   float* m = state;
   float* v = state + width;
@@ -28,31 +28,23 @@ PARAFAB_UPDATER_CLONES bool adam_step(const UpdaterConfig& c, float* value, floa
   const float t = t_slot < kMaxStep ? t_slot + 1.0f : kMaxStep;
   const double correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
-  // As sgd_step: two loops without branches, so that both vectorize.
-  if (!commit) {
-    int misfits = 0;
-#pragma omp simd reduction(+ : misfits)
-    for (size_t i = 0; i < width; ++i) {
-      const double w = value[i];
-      const double g = static_cast<double>(grad[i]) + l2 * w;
-      const double m_new = b1 * m[i] + (1.0 - b1) * g;
-      const double v_new = b2 * v[i] + (1.0 - b2) * g * g;
-      const double w_new = w - lr * (m_new / correction1) / (std::sqrt(v_new / correction2) + eps);
-      misfits += !fits_float(m_new) + !fits_float(v_new) + !fits_float(w_new);
-    }
-    return misfits == 0;
-  }
-  for (size_t i = 0; i < width; ++i) {
+  const bool ok = run_step(mode, grad, width, [&](size_t i, auto write) {
     const double w = value[i];
     const double g = static_cast<double>(grad[i]) + l2 * w;
     const double m_new = b1 * m[i] + (1.0 - b1) * g;
     const double v_new = b2 * v[i] + (1.0 - b2) * g * g;
-    m[i] = static_cast<float>(m_new);
-    v[i] = static_cast<float>(v_new);
-    value[i] = static_cast<float>(w - lr * (m_new / correction1) / (std::sqrt(v_new / correction2) + eps));
-  }
-  if (commit) t_slot = t;
-  return true;
+    const double w_new = w - lr * (m_new / correction1) / (std::sqrt(v_new / correction2) + eps);
+    if constexpr (decltype(write)::value) {
+      m[i] = static_cast<float>(m_new);
+      v[i] = static_cast<float>(v_new);
+      value[i] = static_cast<float>(w_new);
+      return !float_is_finite(m[i]) + !float_is_finite(v[i]) + !float_is_finite(value[i]);
+    } else {
+      return !fits_float(m_new) + !fits_float(v_new) + !fits_float(w_new);
+    }
+  });
+  if (mode != StepMode::kCheck) t_slot = t;
+  return ok;
 }
 
 }  // namespace parafab::ps::updaters

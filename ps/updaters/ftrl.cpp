@@ -45,32 +45,24 @@ inline FtrlCoordinate ftrl_coordinate(double g, double w, double z, double n_old
 
 }  // namespace
 
-PARAFAB_UPDATER_CLONES bool ftrl_step(const UpdaterConfig& c, float* value, float* state, const float* grad, size_t width,
-               bool commit) {
+PARAFAB_UPDATER_CLONES bool ftrl_step(const UpdaterConfig& c, float* value, float* state, const float* grad,
+                                      size_t width, StepMode mode) {
   const double alpha = c.ftrl_alpha, beta = c.ftrl_beta, l1 = c.ftrl_l1, l2 = c.ftrl_l2;
   float* z = state;
   float* n = state + width;
-  // As sgd_step: two loops without branches, so that both vectorize.
-  if (!commit) {
-    int misfits = 0;
-#pragma omp simd reduction(+ : misfits)
-    for (size_t i = 0; i < width; ++i) {
-      misfits += ftrl_coordinate(grad[i], value[i], z[i], n[i], alpha, beta, l1, l2).misfits;
-    }
-    return misfits == 0;
-  }
-  for (size_t i = 0; i < width; ++i) {
+  return run_step(mode, grad, width, [&](size_t i, auto write) {
     const FtrlCoordinate x = ftrl_coordinate(grad[i], value[i], z[i], n[i], alpha, beta, l1, l2);
-    z[i] = x.z;
-    n[i] = x.n;
-    value[i] = static_cast<float>(x.w);
-  }
-  return true;
+    if constexpr (decltype(write)::value) {
+      z[i] = x.z;
+      n[i] = x.n;
+      value[i] = static_cast<float>(x.w);
+      return !float_is_finite(z[i]) + !float_is_finite(n[i]) + !float_is_finite(value[i]);
+    } else {
+      return x.misfits;
+    }
+  });
 }
 
-// Inverts the closed form at n = 0 so that w(z, 0) is the initial value:
-// z = -(w * (beta / alpha + l2) + sign(w) * l1); then |z| > l1 whenever
-// w != 0, and -(z - sign(z) * l1) / (beta / alpha + l2) = w.
 void ftrl_initialize(const UpdaterConfig& c, const float* value, float* state, size_t width) {
   const double alpha = c.ftrl_alpha, beta = c.ftrl_beta, l1 = c.ftrl_l1, l2 = c.ftrl_l2;
   float* z = state;

@@ -7,26 +7,20 @@
 
 namespace parafab::ps::updaters {
 
-PARAFAB_UPDATER_CLONES bool sgd_step(const UpdaterConfig& c, float* value, const float* grad, size_t width, bool commit) {
+PARAFAB_UPDATER_CLONES bool sgd_step(const UpdaterConfig& c, float* value, const float* grad, size_t width,
+                                     StepMode mode) {
   const double lr = c.learning_rate, l1 = c.l1, l2 = c.l2;
-  // Two loops without branches or early exits, so that both vectorize (a
-  // dense row is thousands of coordinates): the check counts the misfits.
-  if (!commit) {
-    int misfits = 0;
-#pragma omp simd reduction(+ : misfits)
-    for (size_t i = 0; i < width; ++i) {
-      const double w = value[i];
-      const double g = static_cast<double>(grad[i]) + l2 * w;
-      misfits += !fits_float(soft_threshold_select(w - lr * g, lr * l1));
-    }
-    return misfits == 0;
-  }
-  for (size_t i = 0; i < width; ++i) {
+  return run_step(mode, grad, width, [&](size_t i, auto write) {
     const double w = value[i];
     const double g = static_cast<double>(grad[i]) + l2 * w;
-    value[i] = static_cast<float>(soft_threshold_select(w - lr * g, lr * l1));
-  }
-  return true;
+    const double w_new = soft_threshold_select(w - lr * g, lr * l1);
+    if constexpr (decltype(write)::value) {
+      value[i] = static_cast<float>(w_new);
+      return int{!float_is_finite(value[i])};
+    } else {
+      return int{!fits_float(w_new)};
+    }
+  });
 }
 
 }  // namespace parafab::ps::updaters

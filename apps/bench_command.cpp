@@ -62,7 +62,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->delimiter(',')
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  fc->add_option("--iterations", f->iterations, "Timed iterations per case and size; 0: clamp(64 MiB / size, 20, 2000)")
+  fc->add_option("--iterations", f->iterations, "Timed iterations per case and size; 0: clamp(64 MiB / size, 50, 2000)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   fc->add_option("--window", f->window, "Sends or reads in flight in the bandwidth cases")

@@ -388,7 +388,7 @@ std::string human_bytes(size_t n) {
 
 int default_fabric_iterations(size_t bytes) {
   const size_t by_volume = (size_t{64} << 20) / std::max<size_t>(bytes, 1);
-  return static_cast<int>(std::clamp<size_t>(by_volume, 20, 2000));
+  return static_cast<int>(std::clamp<size_t>(by_volume, 50, 2000));
 }
 
 BenchRecord& with_latency_ceiling(BenchRecord& record, double ceiling_us, std::string source) {

@@ -59,8 +59,11 @@ struct FabricBenchOptions {
   std::string json_path;                     // JSON lines written here when not empty
 };
 
-// clamp(64 MiB / size, 20, 2000): a default run of both providers stays
-// within about a minute each on 2 cores.
+// clamp(64 MiB / size, 50, 2000): a default run of both providers stays
+// within about a minute each on 2 cores. At least 50, the fi_pingpong run's
+// own minimum: at 4 MiB, 20 round trips left the first-touch faults of the
+// receive buffers in the figure (shm 0.75 of fi_pingpong at 20, 0.90-0.92
+// at 50 and 100).
 int default_fabric_iterations(size_t bytes);
 
 // For a latency record (lower is better): sets the ceiling and its source,

@@ -36,6 +36,33 @@ bool Endpoint::Impl::acquire_slot(Clock::time_point deadline) {
   }
 }
 
+bool Endpoint::Impl::acquire_large_place(PeerId peer, Clock::time_point deadline) {
+  bool waited = false;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      size_t& n = large_in_flight[peer];
+      if (n < large_limit) {
+        ++n;
+        return true;
+      }
+      if (failed_peers.count(peer) != 0) return false;
+      if (!waited) ++stats.large_send_waits;
+    }
+    waited = true;
+    if (stopping || Clock::now() >= deadline) return false;
+    // Completions free places. Where this thread drives progress, read the
+    // CQ and poll again; with a progress thread, sleep until it finishes a
+    // large send (finish_locked notifies).
+    if (options.busy_poll || !options.progress_thread) {
+      if (progress_once(false) == 0) std::this_thread::yield();
+    } else {
+      std::unique_lock lock(mu_);
+      slots_cv_.wait_for(lock, std::chrono::microseconds(200), [&] { return large_in_flight[peer] < large_limit; });
+    }
+  }
+}
+
 void Endpoint::Impl::release_slots(size_t n) {
   if (n == 0) return;
   {
@@ -184,8 +211,20 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   if (!err.ok()) return ready_future(err);
   uint64_t total = 0;
   for (const ConstBuffer& p : pieces) total += p.size;
-
+  const bool eager = kFrameHeaderBytes + total <= m.eager_limit;
+  if (!eager && m.large_limit != 0 && !m.acquire_large_place(to, Clock::now() + m.options.timeout)) {
+    std::lock_guard lock(m.mu_);
+    return ready_future(Status(StatusCode::kTimedOut,
+                               "send of " + std::to_string(total) + " bytes (tag " + std::to_string(tag) + ") to " +
+                                   m.describe_peer_locked(to) + ": " + std::to_string(m.large_limit) +
+                                   " large messages to it still in flight after " +
+                                   std::to_string(m.options.timeout.count()) + " ms (or the peer failed)"));
+  }
   Operation* op = m.new_op(OpKind::kSend, to, addr, "send", total, "tag", tag);
+  if (!eager && m.large_limit != 0) {
+    std::lock_guard lock(m.mu_);
+    op->counts_as_large = true;
+  }
   FrameHeader h;
   h.user_tag = tag;
   {
@@ -193,7 +232,6 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
     h.message_id = m.order[to].next_send++ & kMessageIdMask;  // the receiver's delivery order
   }
   h.total_bytes = total;
-  const bool eager = kFrameHeaderBytes + total <= m.eager_limit;
   if (!eager) {
     h.flags = kFrameLarge;
     h.chunk_bytes = m.max_chunk;

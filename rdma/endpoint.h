@@ -106,6 +106,7 @@ struct EndpointStats {
   uint64_t dropped_out_of_order = 0;    // arrived after their place in the order was skipped
   uint64_t timed_out = 0;               // operations failed by the timeout
   uint64_t error_completions = 0;       // error completions read from the CQ
+  uint64_t large_send_waits = 0;        // sends that found their peer's large_in_flight_per_peer taken and waited
 };
 
 class Endpoint {

@@ -96,6 +96,7 @@ struct Operation {
   bool all_posted = false;
   bool cancelled = false;
 
+  bool counts_as_large = false;  // holds one of its peer's large_in_flight places
   ByteBuffer bounce;  // the frame header, plus a small eager payload (copied)
   std::deque<std::vector<std::byte>> copies;  // chunks gathered from more pieces than iov_limit
   std::vector<FidHandle<fid_mr>> registrations;  // FI_MR_LOCAL, for the operation's life
@@ -154,6 +155,9 @@ struct Endpoint::Impl {
   };
   std::unordered_map<PeerId, PeerOrder> order;
   std::vector<size_t> repost_pending;  // pool slots whose repost met -FI_EAGAIN
+  // Large sends in flight per peer, and the most allowed (0: no limit).
+  std::unordered_map<PeerId, size_t> large_in_flight;
+  size_t large_limit = 0;
   EndpointStats stats;
 
   std::mutex inbox_mu_;
@@ -210,6 +214,10 @@ struct Endpoint::Impl {
 
   // Posting.
   bool acquire_slot(Clock::time_point deadline);
+  // Takes one of `peer`'s large-message places (large_limit), driving
+  // progress while all are taken; false at the deadline, or when the peer is
+  // declared failed meanwhile.
+  bool acquire_large_place(PeerId peer, Clock::time_point deadline);
   void release_slots(size_t n);
   // Posts one libfabric operation of `op`, retrying on -FI_EAGAIN until the
   // operation's deadline as it stands when the post starts (read under mu_:

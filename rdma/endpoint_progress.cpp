@@ -36,6 +36,10 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
     ops.erase(op);
     return;
   }
+  if (op->counts_as_large) {
+    --large_in_flight[op->peer];
+    slots_cv_.notify_all();  // acquire_large_place may be waiting
+  }
   if (!op->promise_set) {
     if (op->first_error.ok()) {
       if (op->kind == OpKind::kSend) {

@@ -73,6 +73,9 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
   provider_info.tagged = true;
   provider_info.manual_progress = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
 
+  large_limit = options.large_in_flight_per_peer != 0 ? options.large_in_flight_per_peer
+                : provider_info.provider == "shm"        ? 2
+                                                         : 0;
   max_chunk = fi->ep_attr->max_msg_size;
   if (options.max_message_bytes != 0) max_chunk = std::min(max_chunk, options.max_message_bytes);
   if (max_chunk < kMinChunkBytes) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <optional>
 #include <thread>
 #include <map>
 #include <tuple>
@@ -212,6 +213,87 @@ TEST_P(EndpointPerProvider, BackPressureWithTwoOperationsInFlightLosesNothing) {
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(kMessages));
+}
+
+// One small message from a to b (peer 1 of a), received on a thread of its
+// own: the providers set up the connection (shm maps the region, ofi_rxm
+// connects) only while b makes progress, which the tests below then hold,
+// and a's first post waits for it.
+void connect_one_way(Endpoint& a, Endpoint& b) {
+  std::optional<Message> m;
+  std::thread receiver([&] { m = b.receive(std::chrono::seconds(20)); });
+  const uint64_t hello = 1;
+  auto f = a.send(1, 99, &hello, sizeof hello);
+  const Status s = a.wait(f);
+  receiver.join();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(m);
+}
+
+// large_in_flight_per_peer: with two large messages to B unreceived, a third
+// send waits; once B reads, all arrive whole and in order. B's progress is
+// held (no progress thread, nobody polls) until A's third send is seen
+// waiting, so the wait is certain, not a matter of timing.
+TEST_P(EndpointPerProvider, ALargeSendBeyondThePeersLimitWaitsAndLosesNothing) {
+  EndpointOptions o = options_for(GetParam());
+  o.large_in_flight_per_peer = 2;
+  o.max_message_bytes = 256 * kKiB;  // tcp;ofi_rxm: chunks the receiver must take
+  EndpointOptions receiver_o = o;
+  receiver_o.progress_thread = false;
+  auto a = std::make_unique<Endpoint>(o);
+  auto b = std::make_unique<Endpoint>(receiver_o);
+  a->add_peer(1, b->address());
+  b->add_peer(0, a->address());
+  ASSERT_NO_FATAL_FAILURE(connect_one_way(*a, *b));
+  constexpr size_t kMessages = 6;
+  constexpr size_t kBytes = 256 * kKiB;
+  std::vector<std::vector<std::byte>> payloads;
+  for (size_t m = 0; m < kMessages; ++m) payloads.push_back(pattern(0, m, kBytes + m));
+  std::vector<std::future<Status>> sent(kMessages);
+  std::thread sender([&] {
+    for (size_t m = 0; m < kMessages; ++m) sent[m] = a->send(1, m, payloads[m].data(), payloads[m].size());
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (a->stats().large_send_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_GE(a->stats().large_send_waits, 1u) << "the third large send did not wait";
+  for (size_t k = 0; k < kMessages; ++k) {
+    auto msg = b->receive(std::chrono::seconds(20));  // drives B's progress
+    EXPECT_TRUE(msg) << "got " << k << " of " << kMessages;
+    if (!msg) break;
+    EXPECT_EQ(msg->tag, k);
+    EXPECT_EQ(first_mismatch(msg->data, 0, k, kBytes + k), -1) << "message " << k;
+  }
+  sender.join();
+  for (auto& f : sent) {
+    const Status s = f.get();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+}
+
+// A send that cannot get a place within the timeout fails, naming the
+// limit; small messages are not held back by it.
+TEST_P(EndpointPerProvider, ALargeSendThatNeverGetsAPlaceTimesOut) {
+  EndpointOptions o = options_for(GetParam());
+  o.large_in_flight_per_peer = 1;
+  o.max_message_bytes = 256 * kKiB;
+  o.timeout = std::chrono::milliseconds(300);
+  EndpointOptions receiver_o = o;
+  receiver_o.progress_thread = false;  // never polled: nothing it is sent completes
+  auto a = std::make_unique<Endpoint>(o);
+  auto b = std::make_unique<Endpoint>(receiver_o);
+  a->add_peer(1, b->address());
+  b->add_peer(0, a->address());
+  ASSERT_NO_FATAL_FAILURE(connect_one_way(*a, *b));
+  const auto big = pattern(0, 0, 256 * kKiB);
+  auto first = a->send(1, 0, big.data(), big.size());
+  auto second = a->send(1, 1, big.data(), big.size());
+  const Status s = second.get();
+  EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s.to_string();
+  EXPECT_NE(s.to_string().find("large messages to it still in flight"), std::string::npos) << s.to_string();
+  const Status s0 = first.get();  // never read: its own deadline ends it
+  EXPECT_EQ(s0.code(), StatusCode::kTimedOut) << s0.to_string();
 }
 
 TEST_P(EndpointPerProvider, CallerDrivenProgressWithoutAProgressThread) {

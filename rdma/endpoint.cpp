@@ -36,26 +36,38 @@ bool Endpoint::Impl::acquire_slot(Clock::time_point deadline) {
   }
 }
 
-bool Endpoint::Impl::acquire_large_place(PeerId peer, Clock::time_point deadline) {
+Status Endpoint::Impl::acquire_large_place(PeerId peer, const std::string& what) {
+  const auto deadline = Clock::now() + options.timeout;
   bool waited = false;
   for (;;) {
     {
       std::lock_guard lock(mu_);
+      // Declared failed while this waited: the place the failure freed is
+      // not for this send.
+      if (const auto f = failed_peers.find(peer); f != failed_peers.end()) {
+        return Status(StatusCode::kPeerError, what + " to " + describe_peer_locked(peer) + ": " + f->second);
+      }
       size_t& n = large_in_flight[peer];
       if (n < large_limit) {
         ++n;
-        return true;
+        return {};
       }
-      if (failed_peers.count(peer) != 0) return false;
       if (!waited) ++stats.large_send_waits;
+      if (stopping || Clock::now() >= deadline) {
+        return Status(StatusCode::kTimedOut, what + " to " + describe_peer_locked(peer) + ": " +
+                                                 std::to_string(large_limit) +
+                                                 " large messages to it still in flight after " +
+                                                 std::to_string(options.timeout.count()) + " ms");
+      }
     }
     waited = true;
-    if (stopping || Clock::now() >= deadline) return false;
-    // Completions free places. Where this thread drives progress, read the
-    // CQ and poll again; with a progress thread, sleep until it finishes a
-    // large send (finish_locked notifies).
+    // Completions free places, so read the CQ here (this may be the
+    // progress thread itself, replying); when it had nothing, poll again
+    // where this thread drives progress, else sleep until the progress
+    // thread frees a place (release_large_place_locked notifies).
+    if (progress_once(false) != 0) continue;
     if (options.busy_poll || !options.progress_thread) {
-      if (progress_once(false) == 0) std::this_thread::yield();
+      std::this_thread::yield();
     } else {
       std::unique_lock lock(mu_);
       slots_cv_.wait_for(lock, std::chrono::microseconds(200), [&] { return large_in_flight[peer] < large_limit; });
@@ -212,13 +224,10 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   uint64_t total = 0;
   for (const ConstBuffer& p : pieces) total += p.size;
   const bool eager = kFrameHeaderBytes + total <= m.eager_limit;
-  if (!eager && m.large_limit != 0 && !m.acquire_large_place(to, Clock::now() + m.options.timeout)) {
-    std::lock_guard lock(m.mu_);
-    return ready_future(Status(StatusCode::kTimedOut,
-                               "send of " + std::to_string(total) + " bytes (tag " + std::to_string(tag) + ") to " +
-                                   m.describe_peer_locked(to) + ": " + std::to_string(m.large_limit) +
-                                   " large messages to it still in flight after " +
-                                   std::to_string(m.options.timeout.count()) + " ms (or the peer failed)"));
+  if (!eager && m.large_limit != 0) {
+    Status place = m.acquire_large_place(
+        to, "send of " + std::to_string(total) + " bytes (tag " + std::to_string(tag) + ")");
+    if (!place.ok()) return ready_future(std::move(place));
   }
   Operation* op = m.new_op(OpKind::kSend, to, addr, "send", total, "tag", tag);
   if (!eager && m.large_limit != 0) {

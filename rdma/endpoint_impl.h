@@ -215,9 +215,12 @@ struct Endpoint::Impl {
   // Posting.
   bool acquire_slot(Clock::time_point deadline);
   // Takes one of `peer`'s large-message places (large_limit), driving
-  // progress while all are taken; false at the deadline, or when the peer is
-  // declared failed meanwhile.
-  bool acquire_large_place(PeerId peer, Clock::time_point deadline);
+  // progress while all are taken. Fails after the timeout (kTimedOut), or
+  // when the peer is declared failed meanwhile (kPeerError, its reason);
+  // `what` ("send of N bytes (tag T)") starts the message.
+  Status acquire_large_place(PeerId peer, const std::string& what);
+  // Gives op's place back, once (mu_ held): at its finish, or when it ends early.
+  void release_large_place_locked(Operation& op);
   void release_slots(size_t n);
   // Posts one libfabric operation of `op`, retrying on -FI_EAGAIN until the
   // operation's deadline as it stands when the post starts (read under mu_:

@@ -36,10 +36,7 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
     ops.erase(op);
     return;
   }
-  if (op->counts_as_large) {
-    --large_in_flight[op->peer];
-    slots_cv_.notify_all();  // acquire_large_place may be waiting
-  }
+  release_large_place_locked(*op);
   if (!op->promise_set) {
     if (op->first_error.ok()) {
       if (op->kind == OpKind::kSend) {
@@ -276,11 +273,22 @@ bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std:
     return true;
   }
   if (op.promise_set) return false;
+  // A send ended here gives its large-message place back now: a peer that
+  // never completes it (dead, or replaced under the same rank) must not
+  // hold back the sends after it.
+  release_large_place_locked(op);
   // Sends and RMA stay until their completion or the close.
   op.promise.set_value(Status(code, op.describe() + " to " + describe_peer_locked(op.peer) + why));
   op.promise_set = true;
   op.cancelled = true;
   return true;
+}
+
+void Endpoint::Impl::release_large_place_locked(Operation& op) {
+  if (!op.counts_as_large) return;
+  op.counts_as_large = false;
+  --large_in_flight[op.peer];
+  slots_cv_.notify_all();  // acquire_large_place may be waiting
 }
 
 void Endpoint::Impl::fail_ops_of(PeerId peer, fi_addr_t addr, const std::string& why) {

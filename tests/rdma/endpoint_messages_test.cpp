@@ -272,15 +272,16 @@ TEST_P(EndpointPerProvider, ALargeSendBeyondThePeersLimitWaitsAndLosesNothing) {
   }
 }
 
-// A send that cannot get a place within the timeout fails, naming the
-// limit; small messages are not held back by it.
-TEST_P(EndpointPerProvider, ALargeSendThatNeverGetsAPlaceTimesOut) {
+// Sends to a receiver that never reads, one large place: the second waits
+// and times out; the places of sends that ended (by their own timeout) are
+// given back, so a third gets one at once instead of waiting again.
+TEST_P(EndpointPerProvider, PlacesOfLargeSendsThatTimedOutAreGivenBack) {
   EndpointOptions o = options_for(GetParam());
   o.large_in_flight_per_peer = 1;
   o.max_message_bytes = 256 * kKiB;
   o.timeout = std::chrono::milliseconds(300);
   EndpointOptions receiver_o = o;
-  receiver_o.progress_thread = false;  // never polled: nothing it is sent completes
+  receiver_o.progress_thread = false;  // never polled after the hello: nothing it is sent completes
   auto a = std::make_unique<Endpoint>(o);
   auto b = std::make_unique<Endpoint>(receiver_o);
   a->add_peer(1, b->address());
@@ -289,11 +290,44 @@ TEST_P(EndpointPerProvider, ALargeSendThatNeverGetsAPlaceTimesOut) {
   const auto big = pattern(0, 0, 256 * kKiB);
   auto first = a->send(1, 0, big.data(), big.size());
   auto second = a->send(1, 1, big.data(), big.size());
+  // Either it never got the place or it got it when the first timed out
+  // and then timed out itself: kTimedOut both ways, after one wait.
+  EXPECT_EQ(second.get().code(), StatusCode::kTimedOut);
+  EXPECT_EQ(first.get().code(), StatusCode::kTimedOut);
+  EXPECT_EQ(a->stats().large_send_waits, 1u);
+  auto third = a->send(1, 2, big.data(), big.size());
+  EXPECT_EQ(a->stats().large_send_waits, 1u) << "the timed-out sends still held the place";
+  EXPECT_EQ(third.get().code(), StatusCode::kTimedOut);
+}
+
+// A send waiting for a place ends when its peer is declared failed, with
+// the reason; the send in flight ends too.
+TEST_P(EndpointPerProvider, ALargeSendWaitingForAPlaceEndsWhenThePeerIsMarkedFailed) {
+  EndpointOptions o = options_for(GetParam());
+  o.large_in_flight_per_peer = 1;
+  o.max_message_bytes = 256 * kKiB;
+  EndpointOptions receiver_o = o;
+  receiver_o.progress_thread = false;
+  auto a = std::make_unique<Endpoint>(o);
+  auto b = std::make_unique<Endpoint>(receiver_o);
+  a->add_peer(1, b->address());
+  b->add_peer(0, a->address());
+  ASSERT_NO_FATAL_FAILURE(connect_one_way(*a, *b));
+  const auto big = pattern(0, 0, 256 * kKiB);
+  auto first = a->send(1, 0, big.data(), big.size());
+  std::future<Status> second;
+  std::thread sender([&] { second = a->send(1, 1, big.data(), big.size()); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (a->stats().large_send_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(a->stats().large_send_waits, 1u);
+  a->mark_peer_failed(1, "declared dead by the test");
+  sender.join();
   const Status s = second.get();
-  EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s.to_string();
-  EXPECT_NE(s.to_string().find("large messages to it still in flight"), std::string::npos) << s.to_string();
-  const Status s0 = first.get();  // never read: its own deadline ends it
-  EXPECT_EQ(s0.code(), StatusCode::kTimedOut) << s0.to_string();
+  EXPECT_EQ(s.code(), StatusCode::kPeerError) << s.to_string();
+  EXPECT_NE(s.to_string().find("declared dead by the test"), std::string::npos) << s.to_string();
+  EXPECT_EQ(first.get().code(), StatusCode::kPeerError);
 }
 
 TEST_P(EndpointPerProvider, CallerDrivenProgressWithoutAProgressThread) {

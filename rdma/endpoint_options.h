@@ -21,12 +21,16 @@ struct EndpointOptions {
   size_t max_message_bytes = 0;
   // Messages of up to this many bytes (header included) travel in one send
   // into a posted receive buffer; larger ones go as a header plus tagged
-  // chunks received straight into their final buffer. 17 KiB: a 16 KiB
-  // payload with its headers is eager. From 32 KiB on the chunked path was
-  // faster on both providers (shm 32 KiB ping-pong 8.1-9.0 -> 7.4 us one
-  // way, streaming 2.0 -> 4.7 GB/s; tcp 52 -> 43 us), and the receive pool
-  // is a quarter of the 64 KiB limit's.
-  size_t eager_bytes = 17 * 1024;
+  // chunks received straight into their final buffer. 0: the provider's
+  // default. 17 KiB, so a 16 KiB payload with its headers is eager, except
+  // over ofi_rxm, whose own eager buffer is 16 KiB (FI_OFI_RXM_BUFFER_SIZE):
+  // a frame past it goes by ofi_rxm's rendezvous, and a 16 KiB payload
+  // took 65-73 us one way eager against 26-30 us as header and chunk (shm,
+  // 16 KiB: 5.7 us eager, 6.1 as header and chunk). From 32 KiB on the
+  // chunked path was faster on both providers (shm 32 KiB ping-pong
+  // 8.1-9.0 -> 7.4 us one way, streaming 2.0 -> 4.7 GB/s; tcp 52 -> 43 us),
+  // and the receive pool is a quarter of the 64 KiB limit's.
+  size_t eager_bytes = 0;
   // Messages larger than the eager size in flight to one peer at a time;
   // a send beyond waits (driving progress) until one completes, or fails
   // after `timeout`. 0: the provider's default, 2 over shm and no limit

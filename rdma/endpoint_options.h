@@ -22,14 +22,18 @@ struct EndpointOptions {
   // Messages of up to this many bytes (header included) travel in one send
   // into a posted receive buffer; larger ones go as a header plus tagged
   // chunks received straight into their final buffer. 0: the provider's
-  // default. 17 KiB, so a 16 KiB payload with its headers is eager, except
-  // over ofi_rxm, whose own eager buffer is 16 KiB (FI_OFI_RXM_BUFFER_SIZE):
-  // a frame past it goes by ofi_rxm's rendezvous, and a 16 KiB payload
-  // took 65-73 us one way eager against 26-30 us as header and chunk (shm,
-  // 16 KiB: 5.7 us eager, 6.1 as header and chunk). From 32 KiB on the
-  // chunked path was faster on both providers (shm 32 KiB ping-pong
-  // 8.1-9.0 -> 7.4 us one way, streaming 2.0 -> 4.7 GB/s; tcp 52 -> 43 us),
-  // and the receive pool is a quarter of the 64 KiB limit's.
+  // default, the largest frame its own eager path carries:
+  // - ofi_rxm: 16 KiB, its eager buffer (FI_OFI_RXM_BUFFER_SIZE); a frame
+  //   past it goes by ofi_rxm's rendezvous: a 16 KiB payload took 65-73 us
+  //   one way eager against 26-30 us as header and chunk;
+  // - shm: 4 KiB, its inject size; a larger frame goes by a CMA copy and an
+  //   answer through the sender's queue either way, so a 4 KiB payload
+  //   (4136-byte frame) took 3.8 us eager against 2.2 us as header and
+  //   chunk (both injected); 8 and 16 KiB measured the same both ways;
+  // - others: 17 KiB, so a 16 KiB payload with its headers is eager.
+  // From 32 KiB on the chunked path was faster on both providers (shm 32
+  // KiB ping-pong 8.1-9.0 -> 7.4 us one way, streaming 2.0 -> 4.7 GB/s;
+  // tcp 52 -> 43 us).
   size_t eager_bytes = 0;
   // Messages larger than the eager size in flight to one peer at a time;
   // a send beyond waits (driving progress) until one completes, or fails

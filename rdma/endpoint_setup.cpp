@@ -84,7 +84,10 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
                           std::to_string(kMinChunkBytes) + " bytes");
   }
   const bool over_rxm = provider_info.provider.find("ofi_rxm") != std::string::npos;
-  const size_t eager_bytes = options.eager_bytes != 0 ? options.eager_bytes : over_rxm ? 16 * 1024 : 17 * 1024;
+  const size_t eager_bytes = options.eager_bytes != 0     ? options.eager_bytes
+                             : over_rxm                   ? 16 * 1024
+                             : provider_info.provider == "shm" ? 4 * 1024
+                                                          : 17 * 1024;
   eager_limit = std::max(kFrameHeaderBytes, std::min(eager_bytes, max_chunk));
   iov_limit = std::max<size_t>(1, fi->tx_attr->iov_limit);
 

@@ -224,13 +224,14 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   uint64_t total = 0;
   for (const ConstBuffer& p : pieces) total += p.size;
   const bool eager = kFrameHeaderBytes + total <= m.eager_limit;
-  if (!eager && m.large_limit != 0) {
+  const bool limited = !eager && m.large_limit != 0 && total >= kLargeLimitMinBytes;
+  if (limited) {
     Status place = m.acquire_large_place(
         to, "send of " + std::to_string(total) + " bytes (tag " + std::to_string(tag) + ")");
     if (!place.ok()) return ready_future(std::move(place));
   }
   Operation* op = m.new_op(OpKind::kSend, to, addr, "send", total, "tag", tag);
-  if (!eager && m.large_limit != 0) {
+  if (limited) {
     std::lock_guard lock(m.mu_);
     op->counts_as_large = true;
   }

@@ -35,7 +35,8 @@ struct EndpointOptions {
   // KiB ping-pong 8.1-9.0 -> 7.4 us one way, streaming 2.0 -> 4.7 GB/s;
   // tcp 52 -> 43 us).
   size_t eager_bytes = 0;
-  // Messages larger than the eager size in flight to one peer at a time;
+  // Messages larger than the eager size (and of 32 KiB or more) in flight
+  // to one peer at a time;
   // a send beyond waits (driving progress) until one completes, or fails
   // after `timeout`. 0: the provider's default, 2 over shm and no limit
   // elsewhere. shm streaming 8 large messages at a time, limit 0 -> 2: 64

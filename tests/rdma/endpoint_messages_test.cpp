@@ -230,6 +230,20 @@ void connect_one_way(Endpoint& a, Endpoint& b) {
   ASSERT_TRUE(m);
 }
 
+// A (rank 0, options o) and B (rank 1, the same options but no progress
+// thread): B makes progress only while the test calls into it.
+struct HeldPair {
+  std::unique_ptr<Endpoint> a, b;
+  explicit HeldPair(const EndpointOptions& o) {
+    EndpointOptions receiver_o = o;
+    receiver_o.progress_thread = false;
+    a = std::make_unique<Endpoint>(o);
+    b = std::make_unique<Endpoint>(receiver_o);
+    a->add_peer(1, b->address());
+    b->add_peer(0, a->address());
+  }
+};
+
 // large_in_flight_per_peer: with two large messages to B unreceived, a third
 // send waits; once B reads, all arrive whole and in order. B's progress is
 // held (no progress thread, nobody polls) until A's third send is seen
@@ -238,13 +252,10 @@ TEST_P(EndpointPerProvider, ALargeSendBeyondThePeersLimitWaitsAndLosesNothing) {
   EndpointOptions o = options_for(GetParam());
   o.large_in_flight_per_peer = 2;
   o.max_message_bytes = 256 * kKiB;  // tcp;ofi_rxm: chunks the receiver must take
-  EndpointOptions receiver_o = o;
-  receiver_o.progress_thread = false;
-  auto a = std::make_unique<Endpoint>(o);
-  auto b = std::make_unique<Endpoint>(receiver_o);
-  a->add_peer(1, b->address());
-  b->add_peer(0, a->address());
-  ASSERT_NO_FATAL_FAILURE(connect_one_way(*a, *b));
+  HeldPair pair(o);
+  ASSERT_NO_FATAL_FAILURE(connect_one_way(*pair.a, *pair.b));
+  Endpoint* a = pair.a.get();
+  Endpoint* b = pair.b.get();
   constexpr size_t kMessages = 6;
   constexpr size_t kBytes = 256 * kKiB;
   std::vector<std::vector<std::byte>> payloads;
@@ -272,21 +283,24 @@ TEST_P(EndpointPerProvider, ALargeSendBeyondThePeersLimitWaitsAndLosesNothing) {
   }
 }
 
+// One large-message place per peer; 256 KiB messages are large (chunked
+// over tcp;ofi_rxm too).
+EndpointOptions one_large_place(const std::string& provider) {
+  EndpointOptions o = options_for(provider);
+  o.large_in_flight_per_peer = 1;
+  o.max_message_bytes = 256 * kKiB;
+  return o;
+}
+
 // Sends to a receiver that never reads, one large place: the second waits
 // and times out; the places of sends that ended (by their own timeout) are
 // given back, so a third gets one at once instead of waiting again.
 TEST_P(EndpointPerProvider, PlacesOfLargeSendsThatTimedOutAreGivenBack) {
-  EndpointOptions o = options_for(GetParam());
-  o.large_in_flight_per_peer = 1;
-  o.max_message_bytes = 256 * kKiB;
+  EndpointOptions o = one_large_place(GetParam());
   o.timeout = std::chrono::milliseconds(300);
-  EndpointOptions receiver_o = o;
-  receiver_o.progress_thread = false;  // never polled after the hello: nothing it is sent completes
-  auto a = std::make_unique<Endpoint>(o);
-  auto b = std::make_unique<Endpoint>(receiver_o);
-  a->add_peer(1, b->address());
-  b->add_peer(0, a->address());
-  ASSERT_NO_FATAL_FAILURE(connect_one_way(*a, *b));
+  HeldPair pair(o);
+  ASSERT_NO_FATAL_FAILURE(connect_one_way(*pair.a, *pair.b));
+  Endpoint* a = pair.a.get();
   const auto big = pattern(0, 0, 256 * kKiB);
   auto first = a->send(1, 0, big.data(), big.size());
   auto second = a->send(1, 1, big.data(), big.size());
@@ -303,16 +317,9 @@ TEST_P(EndpointPerProvider, PlacesOfLargeSendsThatTimedOutAreGivenBack) {
 // A send waiting for a place ends when its peer is declared failed, with
 // the reason; the send in flight ends too.
 TEST_P(EndpointPerProvider, ALargeSendWaitingForAPlaceEndsWhenThePeerIsMarkedFailed) {
-  EndpointOptions o = options_for(GetParam());
-  o.large_in_flight_per_peer = 1;
-  o.max_message_bytes = 256 * kKiB;
-  EndpointOptions receiver_o = o;
-  receiver_o.progress_thread = false;
-  auto a = std::make_unique<Endpoint>(o);
-  auto b = std::make_unique<Endpoint>(receiver_o);
-  a->add_peer(1, b->address());
-  b->add_peer(0, a->address());
-  ASSERT_NO_FATAL_FAILURE(connect_one_way(*a, *b));
+  HeldPair pair(one_large_place(GetParam()));
+  ASSERT_NO_FATAL_FAILURE(connect_one_way(*pair.a, *pair.b));
+  Endpoint* a = pair.a.get();
   const auto big = pattern(0, 0, 256 * kKiB);
   auto first = a->send(1, 0, big.data(), big.size());
   std::future<Status> second;

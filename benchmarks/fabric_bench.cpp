@@ -269,8 +269,8 @@ Timed run_stream(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterations,
         first_msg = std::move(m);
       } else if (i + 1 == static_cast<uint64_t>(iterations)) {
         last_msg = std::move(m);
-      } else if (!stamp_ok(m.data.data(), n, i, pay.mid.data())) {
-        throw CaseFailure(1, fmt::format("tagged_stream: message {} ({} bytes) has a wrong stamp", i, n));
+      } else if (auto why = wrong_message(m, n, static_cast<int>(i), iterations, pay)) {
+        throw CaseFailure(1, fmt::format("tagged_stream: message {} ({} bytes) {}", i, n, *why));
       }
     }
   });
@@ -301,9 +301,9 @@ Timed run_stream(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterations,
   if (verify) {
     for (const auto* m : {&first_msg, &last_msg}) {
       if (!m->has_value()) throw CaseFailure(1, "tagged_stream: first or last message missing");
-      const uint64_t seed = (*m)->tag;
-      if (auto at = pattern_mismatch((*m)->data.data(), n, seed)) {
-        throw CaseFailure(1, fmt::format("tagged_stream: message {} ({} bytes) differs at byte {}", seed, n, *at));
+      const int i = static_cast<int>((*m)->tag);
+      if (auto why = wrong_message(**m, n, i, iterations, pay)) {
+        throw CaseFailure(1, fmt::format("tagged_stream: message {} ({} bytes) {}", i, n, *why));
       }
     }
   }

@@ -73,9 +73,9 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
   provider_info.tagged = true;
   provider_info.manual_progress = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
 
-  large_limit = options.large_in_flight_per_peer != 0 ? options.large_in_flight_per_peer
-                : provider_info.provider == "shm"        ? 2
-                                                         : 0;
+  const bool over_shm = provider_info.provider == "shm";
+  const bool over_rxm = provider_info.provider.find("ofi_rxm") != std::string::npos;
+  large_limit = options.large_in_flight_per_peer != 0 ? options.large_in_flight_per_peer : over_shm ? 2 : 0;
   max_chunk = fi->ep_attr->max_msg_size;
   if (options.max_message_bytes != 0) max_chunk = std::min(max_chunk, options.max_message_bytes);
   if (max_chunk < kMinChunkBytes) {
@@ -83,11 +83,10 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
                       context() + ": message limit " + std::to_string(max_chunk) + " is below " +
                           std::to_string(kMinChunkBytes) + " bytes");
   }
-  const bool over_rxm = provider_info.provider.find("ofi_rxm") != std::string::npos;
-  const size_t eager_bytes = options.eager_bytes != 0     ? options.eager_bytes
-                             : over_rxm                   ? 16 * 1024
-                             : provider_info.provider == "shm" ? 4 * 1024
-                                                          : 17 * 1024;
+  const size_t eager_bytes = options.eager_bytes != 0 ? options.eager_bytes
+                             : over_rxm               ? 16 * 1024
+                             : over_shm               ? 4 * 1024
+                                                      : 17 * 1024;
   eager_limit = std::max(kFrameHeaderBytes, std::min(eager_bytes, max_chunk));
   iov_limit = std::max<size_t>(1, fi->tx_attr->iov_limit);
 

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -337,6 +338,43 @@ TEST(SparseTable, AKeyGivenTwiceInOnePushIsAppliedTwiceInOrder) {
       const PushResult want = ref.push(keys, grads);
       ASSERT_EQ(got.applied, want.applied);
       ASSERT_EQ(got.inserted, want.inserted);
+    }
+    expect_same_as_ref(table, ref);
+  }
+}
+
+// A width-1 push marks each slot it has taken into a block by writing a NaN
+// of one payload (0x7FA1B10C) into its value until the block is written
+// back. Values that are NaNs already, that payload included (only a restore
+// puts them there), are stepped as apply_update steps them, each time they
+// are given (twice in a row too), and the keys around them as well.
+TEST(SparseTable, NaNValuesInWidth1BlocksMatchTheReference) {
+  for (UpdaterKind kind : {UpdaterKind::kSgd, UpdaterKind::kAdaGrad}) {
+    const TableSchema t = sparse_schema(kind, 1, InitializerKind::kNormal);
+    SparseTable table(t, 2);
+    ExactRef ref(t);
+    const uint32_t nan_bits[] = {0x7FA1B10Cu, 0x7FC00000u, 0xFFC00001u};
+    const uint64_t nan_keys[] = {101, 202, 303};
+    const std::vector<float> state(table.state_floats(), 0.5f);
+    for (int i = 0; i < 3; ++i) {
+      const float v = std::bit_cast<float>(nan_bits[i]);
+      table.restore(nan_keys[i], &v, state.data());
+      ref.rows[nan_keys[i]] = {v};
+      ref.rows[nan_keys[i]].resize(1 + state.size(), 0.5f);
+    }
+    std::mt19937_64 rng(21);
+    std::vector<uint64_t> universe = unique_random_keys(200, rng);
+    universe.insert(universe.end(), std::begin(nan_keys), std::end(nan_keys));
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    for (int round = 0; round < 3; ++round) {
+      const std::vector<uint64_t> keys = keys_with_repeats(universe, 3000, 8, rng);
+      for (uint64_t k : nan_keys) ASSERT_NE(std::find(keys.begin(), keys.end(), k), keys.end());
+      std::vector<float> grads(keys.size());
+      for (float& g : grads) g = gauss(rng);
+      const PushResult got = table.push(keys, grads.data());
+      const PushResult want = ref.push(keys, grads);
+      ASSERT_EQ(got.applied, want.applied);
+      ASSERT_EQ(got.refused_non_finite, want.refused_non_finite);
     }
     expect_same_as_ref(table, ref);
   }

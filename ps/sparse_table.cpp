@@ -174,12 +174,20 @@ struct alignas(64) SparseTable::SubShard {
 // calls (and tables) so steady-state pushes do not allocate. The sorted
 // arrays hold only what the per-sub-shard loops read: their writes to
 // scattered positions (megabytes at 10^5 keys) are most of the grouping's
-// time. The hash's low half is recomputed rather than kept by input
-// position, and `order` is written only when gradients are not gathered.
+// time. `order` is written only when gradients are not gathered.
+//
+// One pass: each sub-shard gets room for a little more than its fair share
+// (n / count + 5 sqrt(n / count) + 16 keys: five standard deviations, so
+// hashed keys overflow one of 64 rooms in fewer than 1 call in 10^4), so
+// keys are placed as they are hashed, without counting first. Only when a
+// sub-shard overflows its room (keys chosen to collide) is the call grouped
+// again, counted first: the two passes hash each key twice. 10^5 present AdaGrad keys, one thread: push 1.12 -> 1.06
+// ms, pull 0.92 -> 0.84 ms.
 struct SparseTable::Grouping {
-  std::vector<uint16_t> shard;       // by input position
-  std::vector<uint32_t> offsets;     // sub-shard s owns sorted positions [offsets[s], offsets[s+1])
-  std::vector<uint32_t> cursor;
+  // Sub-shard s holds sorted positions [begin[s], end[s]); positions
+  // between end[s] and begin[s + 1] hold nothing.
+  std::vector<uint32_t> begin, end;
+  size_t keys = 0;                   // of the call
   std::vector<uint32_t> order;       // sorted position -> input position (not for width-1 pushes)
   std::vector<uint32_t> sorted_low;  // low 32 bits of each sorted key's mix64: all home_slot needs
   std::vector<uint64_t> sorted_keys;
@@ -188,41 +196,88 @@ struct SparseTable::Grouping {
   // Sorts by sub-shard (stable). With grads (width 1), gathers them instead
   // of `order`, so the per-sub-shard loops read keys, hashes and gradients
   // sequentially.
-  void build(std::span<const uint64_t> keys, unsigned count, const float* grads = nullptr) {
-    if (keys.size() >= std::numeric_limits<uint32_t>::max()) {
-      throw std::length_error("SparseTable: " + std::to_string(keys.size()) + " keys in one call (at most 2^32 - 2)");
+  void build(std::span<const uint64_t> in, unsigned count, const float* grads = nullptr) {
+    if (in.size() >= std::numeric_limits<uint32_t>::max()) {
+      throw std::length_error("SparseTable: " + std::to_string(in.size()) + " keys in one call (at most 2^32 - 2)");
     }
-    const size_t n = keys.size();
-    shard.resize(n);
-    sorted_low.resize(n);
-    sorted_keys.resize(n);
-    if (grads != nullptr) {
-      sorted_grads.resize(n);
-    } else {
-      order.resize(n);
+    keys = in.size();
+    begin.resize(count);
+    end.resize(count);
+    const size_t fair = keys / count;
+    const size_t room = fair + 5 * static_cast<size_t>(std::sqrt(static_cast<double>(fair))) + 16;
+    if (room * count < std::numeric_limits<uint32_t>::max()) {
+      size_arrays(room * count, grads != nullptr);
+      limit.resize(count);
+      for (unsigned s = 0; s < count; ++s) {
+        begin[s] = end[s] = static_cast<uint32_t>(s * room);
+        limit[s] = static_cast<uint32_t>((s + 1) * room);
+      }
+      const bool placed =
+          grads != nullptr ? place_in_rooms(in, [&](uint32_t pos, size_t i) { sorted_grads[pos] = grads[i]; })
+                           : place_in_rooms(in, [&](uint32_t pos, size_t i) { order[pos] = static_cast<uint32_t>(i); });
+      if (placed) return;
     }
-    offsets.assign(count + 1, 0);
-    for (size_t i = 0; i < n; ++i) {
-      const unsigned s = sub_shard_of(mix64(keys[i]), count);
+    size_arrays(keys, grads != nullptr);
+    if (shard.size() < keys) shard.resize(keys);
+    std::fill(end.begin(), end.end(), 0u);
+    for (size_t i = 0; i < keys; ++i) {
+      const unsigned s = sub_shard_of(mix64(in[i]), count);
       shard[i] = static_cast<uint16_t>(s);
-      ++offsets[s + 1];
+      ++end[s];
     }
-    for (unsigned s = 0; s < count; ++s) offsets[s + 1] += offsets[s];
-    cursor.assign(offsets.begin(), offsets.end() - 1);
+    uint32_t at = 0;
+    for (unsigned s = 0; s < count; ++s) {
+      begin[s] = at;
+      at += end[s];
+      end[s] = begin[s];
+    }
     if (grads != nullptr) {
-      place(keys, [&](uint32_t pos, size_t i) { sorted_grads[pos] = grads[i]; });
+      place_counted(in, [&](uint32_t pos, size_t i) { sorted_grads[pos] = grads[i]; });
     } else {
-      place(keys, [&](uint32_t pos, size_t i) { order[pos] = static_cast<uint32_t>(i); });
+      place_counted(in, [&](uint32_t pos, size_t i) { order[pos] = static_cast<uint32_t>(i); });
     }
   }
 
  private:
+  std::vector<uint32_t> limit;   // the end of sub-shard s's room (the one-pass grouping)
+  std::vector<uint16_t> shard;   // by input position (the counted grouping only)
+
+  // Grown, never shrunk: a resize back up would zero the difference again
+  // (calls of few and of many keys alternate).
+  void size_arrays(size_t n, bool gathered) {
+    auto at_least = [n](auto& v) {
+      if (v.size() < n) v.resize(n);
+    };
+    at_least(sorted_low);
+    at_least(sorted_keys);
+    if (gathered) {
+      at_least(sorted_grads);
+    } else {
+      at_least(order);
+    }
+  }
+  // false: a sub-shard has more keys than its room.
   template <typename Extra>
-  void place(std::span<const uint64_t> keys, Extra extra) {
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const uint32_t pos = cursor[shard[i]]++;
-      sorted_low[pos] = static_cast<uint32_t>(mix64(keys[i]));
-      sorted_keys[pos] = keys[i];
+  bool place_in_rooms(std::span<const uint64_t> in, Extra extra) {
+    const unsigned count = static_cast<unsigned>(begin.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      const uint64_t m = mix64(in[i]);
+      const unsigned s = sub_shard_of(m, count);
+      const uint32_t pos = end[s];
+      if (pos == limit[s]) [[unlikely]] return false;
+      end[s] = pos + 1;
+      sorted_low[pos] = static_cast<uint32_t>(m);
+      sorted_keys[pos] = in[i];
+      extra(pos, i);
+    }
+    return true;
+  }
+  template <typename Extra>
+  void place_counted(std::span<const uint64_t> in, Extra extra) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      const uint32_t pos = end[shard[i]]++;
+      sorted_low[pos] = static_cast<uint32_t>(mix64(in[i]));
+      sorted_keys[pos] = in[i];
       extra(pos, i);
     }
   }
@@ -257,11 +312,14 @@ void SparseTable::over_sub_shard_runs(const Grouping& g, ApplyPool* pool, unsign
   }
   std::vector<unsigned> first(parts + 1, sub_shard_count_);
   first[0] = 0;
-  const uint64_t n = g.offsets[sub_shard_count_];
+  uint64_t before = 0;  // keys of the sub-shards below sh
   unsigned sh = 0;
   for (unsigned p = 1; p < parts; ++p) {
-    const uint64_t target = n * p / parts;
-    while (sh < sub_shard_count_ && g.offsets[sh] < target) ++sh;
+    const uint64_t target = uint64_t{g.keys} * p / parts;
+    while (sh < sub_shard_count_ && before < target) {
+      before += g.end[sh] - g.begin[sh];
+      ++sh;
+    }
     first[p] = sh;
   }
   pool->run(parts, [&](unsigned p) { run(p, first[p], first[p + 1]); });
@@ -468,7 +526,7 @@ PushResult SparseTable::push(std::span<const uint64_t> keys, const float* grads,
   std::vector<PushResult> results(parts);
   over_sub_shard_runs(g, pool, parts, [&](unsigned p, unsigned first, unsigned last) {
     for (unsigned sh = first; sh < last; ++sh) {
-      const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
+      const uint32_t begin = g.begin[sh], end = g.end[sh];
       if (begin == end) continue;
       SubShard& s = shards_[sh];
       std::lock_guard<std::mutex> lock(s.mu);
@@ -529,7 +587,7 @@ void SparseTable::pull(std::span<const uint64_t> keys, float* out, ApplyPool* po
   g.build(keys, sub_shard_count_);
   over_sub_shard_runs(g, pool, parts_for(pool, keys.size()), [&](unsigned, unsigned first, unsigned last) {
     for (unsigned sh = first; sh < last; ++sh) {
-      const uint32_t begin = g.offsets[sh], end = g.offsets[sh + 1];
+      const uint32_t begin = g.begin[sh], end = g.end[sh];
       if (begin == end) continue;
       const SubShard& s = shards_[sh];
       std::lock_guard<std::mutex> lock(s.mu);

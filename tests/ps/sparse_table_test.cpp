@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ps/apply_pool.h"
+#include "ps/key_hash.h"
 #include "ps/key_partition.h"
 #include "ps/updaters/batched_width1.h"
 
@@ -561,6 +562,49 @@ TEST(SparseTable, OneServersKeysSpreadOverAllSubShards) {
   for (size_t n : table.sub_shard_sizes()) {
     EXPECT_GT(n, 800u);
     EXPECT_LT(n, 1200u);
+  }
+}
+
+// Keys that all fall into one sub-shard (bits 42..47 of mix64 pick one of
+// 64, sparse_table.h) overflow the room the one-pass grouping gives each
+// sub-shard, so the call is grouped again, counted first: pushes (gathered
+// width-1 gradients and wider rows), repeats and pulls still match the
+// reference bit for bit, alone and split over a pool.
+TEST(SparseTable, KeysCrowdedIntoOneSubShardAreGroupedByCounting) {
+  std::mt19937_64 rng(17);
+  std::vector<uint64_t> universe;
+  while (universe.size() < 3000) {
+    const uint64_t k = rng();
+    if (((mix64(k) >> 42) & 63) == 7) universe.push_back(k);
+  }
+  ApplyPool pool(2);
+  for (uint32_t width : {1u, 3u}) {
+    for (ApplyPool* p : {static_cast<ApplyPool*>(nullptr), &pool}) {
+      const TableSchema t = sparse_schema(UpdaterKind::kAdaGrad, width, InitializerKind::kNormal);
+      SparseTable table(t, 64);
+      ExactRef ref(t);
+      std::normal_distribution<float> gauss(0.0f, 1.0f);
+      for (int round = 0; round < 3; ++round) {
+        const std::vector<uint64_t> keys = keys_with_repeats(universe, 20000, 8, rng);
+        std::vector<float> grads(keys.size() * width);
+        for (float& g : grads) g = gauss(rng);
+        const PushResult got = table.push(keys, grads.data(), p);
+        const PushResult want = ref.push(keys, grads);
+        ASSERT_EQ(got.applied, want.applied);
+        ASSERT_EQ(got.inserted, want.inserted);
+      }
+      size_t used = 0;
+      for (size_t n : table.sub_shard_sizes()) used += n > 0;
+      EXPECT_EQ(used, 1u) << "the keys were to fall into one sub-shard";
+      expect_same_as_ref(table, ref);
+      std::vector<float> pulled(universe.size() * width);
+      table.pull(universe, pulled.data(), p);
+      for (size_t i = 0; i < universe.size(); ++i) {
+        for (uint32_t c = 0; c < width; ++c) {
+          expect_bits_equal(pulled[i * width + c], ref.rows.at(universe[i])[c], "pull of a crowded key");
+        }
+      }
+    }
   }
 }
 

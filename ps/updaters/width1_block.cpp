@@ -19,7 +19,9 @@ PARAFAB_UPDATER_CLONES int sgd_block_w1(const Width1Params& p, float* value, con
     const double w_new = soft_threshold_select(w - lr * g, lr * l1);
     const bool fits = fits_float(w_new);
     misfits += !fits;
-    value[k] = static_cast<float>(fits ? w_new : w);  // w is a float: exact
+    // A misfit keeps its float's bits: through a double a signaling NaN
+    // (only a restore puts one there) would come back quieted.
+    value[k] = fits ? static_cast<float>(w_new) : value[k];
   }
   return misfits;
 }
@@ -46,8 +48,9 @@ PARAFAB_UPDATER_CLONES int adagrad_block_w1(const Width1Params& p, float* value,
   for (size_t k = 0; k < n; ++k) {
     const bool fits = fits_float(G_new[k]) & fits_float(w_new[k]);
     misfits += !fits;
-    acc[k] = static_cast<float>(fits ? G_new[k] : static_cast<double>(acc[k]));  // a float: exact
-    value[k] = static_cast<float>(fits ? w_new[k] : static_cast<double>(value[k]));
+    // A misfit keeps its floats' bits (see sgd_block_w1).
+    acc[k] = fits ? static_cast<float>(G_new[k]) : acc[k];
+    value[k] = fits ? static_cast<float>(w_new[k]) : value[k];
   }
   return misfits;
 }

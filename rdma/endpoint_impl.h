@@ -30,6 +30,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <optional>
 #include <future>
@@ -102,9 +103,14 @@ struct Operation {
 
   bool counts_as_large = false;  // holds one of its peer's large_in_flight places
   ByteBuffer bounce;  // the frame header, plus a small eager payload (copied)
-  std::deque<std::vector<std::byte>> copies;  // chunks gathered from more pieces than iov_limit
+  // Chunks gathered from more pieces than iov_limit (their heap buffers stay put).
+  std::vector<std::vector<std::byte>> copies;
   std::vector<FidHandle<fid_mr>> registrations;  // FI_MR_LOCAL, for the operation's life
-  std::deque<PostContext> contexts;              // stable addresses
+  // Stable addresses. A list: nothing allocated before the first post (an
+  // empty std::deque allocates two blocks), one node a post; with the
+  // vector above, a 1 KiB message over shm, one thread driving both ends:
+  // 1.19 -> 1.11 us one way.
+  std::list<PostContext> contexts;
 
   // kInbound: the message being reassembled, and its place in its sender's order.
   Message message;

@@ -77,7 +77,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
          (std::get<3>(info.param) ? "_limit" + std::to_string(std::get<3>(info.param)) : "");
 }
 
-const std::vector<size_t> kSizes = {0, 1, 4 * kKiB, 64 * kKiB, kMiB};
+// 16 KiB: one payload past ofi_rxm's eager frame (its 40-byte header).
+const std::vector<size_t> kSizes = {0, 1, 4 * kKiB, 16 * kKiB, 64 * kKiB, kMiB};
 
 std::vector<Case> cases() {
   std::vector<Case> out;

@@ -181,8 +181,8 @@ struct alignas(64) SparseTable::SubShard {
 // hashed keys overflow one of 64 rooms in fewer than 1 call in 10^4), so
 // keys are placed as they are hashed, without counting first. Only when a
 // sub-shard overflows its room (keys chosen to collide) is the call grouped
-// again, counted first: the two passes hash each key twice. 10^5 present AdaGrad keys, one thread: push 1.12 -> 1.06
-// ms, pull 0.92 -> 0.84 ms.
+// again, counted first: the two passes hash each key twice. 10^5 present
+// AdaGrad keys, one thread: push 1.12 -> 1.06 ms, pull 0.92 -> 0.84 ms.
 struct SparseTable::Grouping {
   // Sub-shard s holds sorted positions [begin[s], end[s]); positions
   // between end[s] and begin[s + 1] hold nothing.

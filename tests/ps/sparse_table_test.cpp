@@ -140,6 +140,25 @@ std::vector<uint64_t> keys_with_repeats(const std::vector<uint64_t>& universe, s
   return keys;
 }
 
+// `rounds` pushes of at least n keys drawn from universe, repeats included
+// (keys_with_repeats), with normal gradients, into the table (through
+// `pool` if given) and the reference alike: the counts agree push by push.
+void push_rounds_with_repeats(SparseTable& table, ExactRef& ref, const std::vector<uint64_t>& universe, int rounds,
+                              size_t n, std::mt19937_64& rng, ApplyPool* pool = nullptr) {
+  const uint32_t width = table.schema().width;
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (int round = 0; round < rounds; ++round) {
+    const std::vector<uint64_t> keys = keys_with_repeats(universe, n, 8, rng);
+    std::vector<float> grads(keys.size() * width);
+    for (float& g : grads) g = gauss(rng);
+    const PushResult got = table.push(keys, grads.data(), pool);
+    const PushResult want = ref.push(keys, grads);
+    ASSERT_EQ(got.applied, want.applied) << "round " << round;
+    ASSERT_EQ(got.inserted, want.inserted) << "round " << round;
+    ASSERT_EQ(got.refused_non_finite, want.refused_non_finite) << "round " << round;
+  }
+}
+
 // ---- exact agreement with apply_update, every updater and width -------------
 
 class SparseExact : public ::testing::TestWithParam<std::tuple<UpdaterKind, uint32_t, unsigned>> {};
@@ -330,16 +349,7 @@ TEST(SparseTable, AKeyGivenTwiceInOnePushIsAppliedTwiceInOrder) {
     ExactRef ref(t);
     std::mt19937_64 rng(11);
     const std::vector<uint64_t> universe = unique_random_keys(300, rng);
-    std::normal_distribution<float> gauss(0.0f, 1.0f);
-    for (int round = 0; round < 5; ++round) {
-      const std::vector<uint64_t> keys = keys_with_repeats(universe, 5000, 8, rng);
-      std::vector<float> grads(keys.size());
-      for (float& g : grads) g = gauss(rng);
-      const PushResult got = table.push(keys, grads.data());
-      const PushResult want = ref.push(keys, grads);
-      ASSERT_EQ(got.applied, want.applied);
-      ASSERT_EQ(got.inserted, want.inserted);
-    }
+    push_rounds_with_repeats(table, ref, universe, 5, 5000, rng);
     expect_same_as_ref(table, ref);
   }
 }
@@ -366,17 +376,14 @@ TEST(SparseTable, NaNValuesInWidth1BlocksMatchTheReference) {
     std::mt19937_64 rng(21);
     std::vector<uint64_t> universe = unique_random_keys(200, rng);
     universe.insert(universe.end(), std::begin(nan_keys), std::end(nan_keys));
-    std::normal_distribution<float> gauss(0.0f, 1.0f);
-    for (int round = 0; round < 3; ++round) {
-      const std::vector<uint64_t> keys = keys_with_repeats(universe, 3000, 8, rng);
-      for (uint64_t k : nan_keys) ASSERT_NE(std::find(keys.begin(), keys.end(), k), keys.end());
-      std::vector<float> grads(keys.size());
-      for (float& g : grads) g = gauss(rng);
-      const PushResult got = table.push(keys, grads.data());
-      const PushResult want = ref.push(keys, grads);
-      ASSERT_EQ(got.applied, want.applied);
-      ASSERT_EQ(got.refused_non_finite, want.refused_non_finite);
-    }
+    push_rounds_with_repeats(table, ref, universe, 3, 3000, rng);
+    // And each NaN key given twice in a row, for certain.
+    const std::vector<uint64_t> keys = {nan_keys[0], nan_keys[0], universe[0], nan_keys[1], nan_keys[2], nan_keys[2]};
+    const std::vector<float> grads = {0.5f, -0.25f, 1.0f, 2.0f, -1.0f, 0.125f};
+    const PushResult got = table.push(keys, grads.data());
+    const PushResult want = ref.push(keys, grads);
+    EXPECT_EQ(got.applied, want.applied);
+    EXPECT_EQ(got.refused_non_finite, want.refused_non_finite);
     expect_same_as_ref(table, ref);
   }
 }
@@ -583,16 +590,7 @@ TEST(SparseTable, KeysCrowdedIntoOneSubShardAreGroupedByCounting) {
       const TableSchema t = sparse_schema(UpdaterKind::kAdaGrad, width, InitializerKind::kNormal);
       SparseTable table(t, 64);
       ExactRef ref(t);
-      std::normal_distribution<float> gauss(0.0f, 1.0f);
-      for (int round = 0; round < 3; ++round) {
-        const std::vector<uint64_t> keys = keys_with_repeats(universe, 20000, 8, rng);
-        std::vector<float> grads(keys.size() * width);
-        for (float& g : grads) g = gauss(rng);
-        const PushResult got = table.push(keys, grads.data(), p);
-        const PushResult want = ref.push(keys, grads);
-        ASSERT_EQ(got.applied, want.applied);
-        ASSERT_EQ(got.inserted, want.inserted);
-      }
+      push_rounds_with_repeats(table, ref, universe, 3, 20000, rng, p);
       size_t used = 0;
       for (size_t n : table.sub_shard_sizes()) used += n > 0;
       EXPECT_EQ(used, 1u) << "the keys were to fall into one sub-shard";

@@ -128,6 +128,23 @@ void expect_same_as_ref(const SparseTable& table, const ExactRef& ref) {
   EXPECT_EQ(visited, ref.rows.size());
 }
 
+// values (keys.size() x width, as pulled) against the reference bit for
+// bit: a key it holds reads its row, any other its initial value.
+void expect_pulled_as_ref(const std::vector<float>& values, const std::vector<uint64_t>& keys, const ExactRef& ref) {
+  const uint32_t width = ref.t.width;
+  std::vector<float> want(width);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (auto it = ref.rows.find(keys[i]); it != ref.rows.end()) {
+      std::copy_n(it->second.begin(), width, want.begin());
+    } else {
+      initialize_value(ref.t.init, keys[i], want.data(), width);
+    }
+    for (uint32_t c = 0; c < width; ++c) {
+      expect_bits_equal(values[i * width + c], want[c], "key " + std::to_string(keys[i]));
+    }
+  }
+}
+
 // At least n keys drawn from universe, one in every `again` followed by
 // itself (a key given twice in one push, right after itself too).
 std::vector<uint64_t> keys_with_repeats(const std::vector<uint64_t>& universe, size_t n, uint64_t again,
@@ -186,19 +203,7 @@ TEST_P(SparseExact, MatchesApplyUpdateOnPlainArrays) {
     ASSERT_EQ(got.refused_non_finite, want.refused_non_finite);
   }
   ASSERT_EQ(table.size(), ref.rows.size());
-  const std::vector<float> values = pull_all(table, universe);
-  for (size_t i = 0; i < universe.size(); ++i) {
-    auto it = ref.rows.find(universe[i]);
-    std::vector<float> want(width);
-    if (it == ref.rows.end()) {
-      initialize_value(t.init, universe[i], want.data(), width);
-    } else {
-      std::copy_n(it->second.begin(), width, want.begin());
-    }
-    for (uint32_t c = 0; c < width; ++c) {
-      expect_bits_equal(values[i * width + c], want[c], "key " + std::to_string(universe[i]));
-    }
-  }
+  expect_pulled_as_ref(pull_all(table, universe), universe, ref);
   // State too, through for_each.
   size_t visited = 0;
   table.for_each([&, width = width](uint64_t key, const float* value, const float* state) {
@@ -416,17 +421,7 @@ TEST(SparseTable, PushesAndPullsSplitOverAPoolMatchTheReferenceExactly) {
     std::vector<float> out(universe.size() * width, -1.0f);
     table.pull(universe, out.data(), &pool);
     EXPECT_EQ(out, pull_all(table, universe)) << "a pull split over the pool reads what one thread reads";
-    for (size_t i = 0; i < universe.size(); ++i) {
-      std::vector<float> want(width);
-      if (auto it = ref.rows.find(universe[i]); it != ref.rows.end()) {
-        std::copy_n(it->second.begin(), width, want.begin());
-      } else {
-        initialize_value(t.init, universe[i], want.data(), width);
-      }
-      for (uint32_t c = 0; c < width; ++c) {
-        expect_bits_equal(out[i * width + c], want[c], "key " + std::to_string(universe[i]));
-      }
-    }
+    expect_pulled_as_ref(out, universe, ref);
     expect_same_as_ref(table, ref);
   }
 }
@@ -597,11 +592,7 @@ TEST(SparseTable, KeysCrowdedIntoOneSubShardAreGroupedByCounting) {
       expect_same_as_ref(table, ref);
       std::vector<float> pulled(universe.size() * width);
       table.pull(universe, pulled.data(), p);
-      for (size_t i = 0; i < universe.size(); ++i) {
-        for (uint32_t c = 0; c < width; ++c) {
-          expect_bits_equal(pulled[i * width + c], ref.rows.at(universe[i])[c], "pull of a crowded key");
-        }
-      }
+      expect_pulled_as_ref(pulled, universe, ref);
     }
   }
 }

@@ -38,10 +38,11 @@ struct EndpointOptions {
   // Messages larger than the eager size (and of 32 KiB or more) in flight
   // to one peer at a time; a send beyond waits (driving progress) until one
   // completes, or fails after `timeout`. 0: the provider's default, 2 over
-  // shm and no limit elsewhere. shm streaming 8 large messages at a time, limit 0 -> 2: 64
-  // KiB 4.3 -> 7.3 GB/s, 256 KiB 6-8.6 -> 11, 1 MiB 5-5.8 -> 11.6, 4 MiB
-  // 3.5-4.9 -> 6.3-6.6 (3 or 4 were slower than 2; one at a time 12.2 at
-  // 1 MiB); over tcp;ofi_rxm a window of 8 is as fast as one of 1 or 2.
+  // shm and no limit elsewhere. shm streaming 8 large messages at a time,
+  // limit 0 -> 2: 64 KiB 4.3 -> 7.3 GB/s, 256 KiB 6-8.6 -> 11, 1 MiB 5-5.8
+  // -> 11.6, 4 MiB 3.5-4.9 -> 6.3-6.6 (3 or 4 were slower than 2; one at a
+  // time 12.2 at 1 MiB); over tcp;ofi_rxm a window of 8 is as fast as one
+  // of 1 or 2.
   size_t large_in_flight_per_peer = 0;
   // Receive buffers posted for unsolicited messages.
   size_t receive_buffers = 64;

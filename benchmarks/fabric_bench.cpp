@@ -274,7 +274,7 @@ Timed run_stream(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterations,
       }
     }
   });
-  std::deque<std::future<rdma::Status>> in_flight;
+  std::deque<rdma::Completion> in_flight;
   auto retire = [&](size_t keep) {
     while (in_flight.size() > keep) {
       check_status(a.wait(in_flight.front()), "tagged_stream: A's send");
@@ -357,7 +357,7 @@ RmaTimes run_rma_read(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterat
   t.latency.elapsed_us = clock.elapsed_us(Clock::now());
 
   std::fill(local.begin(), local.end(), std::byte{0});
-  std::deque<std::future<rdma::Status>> in_flight;
+  std::deque<rdma::Completion> in_flight;
   const auto start = Clock::now();
   for (int i = 0; i < iterations; ++i) {
     if (in_flight.size() == static_cast<size_t>(window)) {

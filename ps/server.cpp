@@ -538,7 +538,7 @@ void Server::reply_error(uint32_t to, uint64_t request_id, const std::string& wh
 void Server::reap_replies(bool all) {
   while (!in_flight_.empty()) {
     auto& f = in_flight_.front().first;
-    if (!all && f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) break;
+    if (!all && !f.is_ready()) break;
     if (!endpoint_.wait(f).ok()) ++stats_.reply_failures;
     in_flight_.pop_front();
   }

@@ -176,7 +176,7 @@ class Server {
   bool merge_rounds_ = false;  // BSP with more than one worker
   MergedRounds rounds_;
   // Replies in flight: the transport reads their bytes until the send completes.
-  std::deque<std::pair<std::future<rdma::Status>, rdma::ByteBuffer>> in_flight_;
+  std::deque<std::pair<rdma::Completion, rdma::ByteBuffer>> in_flight_;
   ServerStats stats_;
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   int64_t last_checkpoint_clock_ = 0;

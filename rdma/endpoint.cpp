@@ -36,25 +36,29 @@ bool Endpoint::Impl::acquire_slot(Clock::time_point deadline) {
   }
 }
 
-Status Endpoint::Impl::acquire_large_place(PeerId peer, const std::string& what) {
-  const auto deadline = Clock::now() + options.timeout;
+Status Endpoint::Impl::acquire_large_place(PeerId peer, uint64_t bytes, uint64_t tag) {
+  Clock::time_point deadline;  // set when it first has to wait
   bool waited = false;
   for (;;) {
     {
       std::lock_guard lock(mu_);
+      auto what = [&] { return "send of " + std::to_string(bytes) + " bytes (tag " + std::to_string(tag) + ")"; };
       // Declared failed while this waited: the place the failure freed is
       // not for this send.
       if (const auto f = failed_peers.find(peer); f != failed_peers.end()) {
-        return Status(StatusCode::kPeerError, what + " to " + describe_peer_locked(peer) + ": " + f->second);
+        return Status(StatusCode::kPeerError, what() + " to " + describe_peer_locked(peer) + ": " + f->second);
       }
       size_t& n = large_in_flight[peer];
       if (n < large_limit) {
         ++n;
         return {};
       }
-      if (!waited) ++stats.large_send_waits;
-      if (stopping || Clock::now() >= deadline) {
-        return Status(StatusCode::kTimedOut, what + " to " + describe_peer_locked(peer) + ": " +
+      if (!waited) {
+        ++stats.large_send_waits;
+        deadline = coarse_now() + options.timeout;
+      }
+      if (stopping || coarse_now() >= deadline) {
+        return Status(StatusCode::kTimedOut, what() + " to " + describe_peer_locked(peer) + ": " +
                                                  std::to_string(large_limit) +
                                                  " large messages to it still in flight after " +
                                                  std::to_string(options.timeout.count()) + " ms");
@@ -144,7 +148,7 @@ void* Endpoint::Impl::local_desc(Operation& op, const void* p, size_t n, uint64_
   return fi_mr_desc(op.registrations.back().get());
 }
 
-std::future<Status> Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote,
+Completion Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote,
                                         uint64_t offset, const MemoryRegion* local_region) {
   const char* verb = is_read ? "RMA read" : "RMA write";
   if (!has_rma) {
@@ -207,12 +211,12 @@ std::future<Status> Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, 
   return finish_posting(op, st);
 }
 
-std::future<Status> Endpoint::send(PeerId to, uint64_t tag, const void* data, size_t size) {
+Completion Endpoint::send(PeerId to, uint64_t tag, const void* data, size_t size) {
   const ConstBuffer piece{data, size};
   return send(to, tag, std::span<const ConstBuffer>(&piece, 1));
 }
 
-std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces) {
+Completion Endpoint::send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces) {
   Impl& m = *impl_;
   Status err;
   fi_addr_t addr;
@@ -226,8 +230,7 @@ std::future<Status> Endpoint::send(PeerId to, uint64_t tag, std::span<const Cons
   const bool eager = kFrameHeaderBytes + total <= m.eager_limit;
   const bool limited = !eager && m.large_limit != 0 && total >= kLargeLimitMinBytes;
   if (limited) {
-    Status place = m.acquire_large_place(
-        to, "send of " + std::to_string(total) + " bytes (tag " + std::to_string(tag) + ")");
+    Status place = m.acquire_large_place(to, total, tag);
     if (!place.ok()) return ready_future(std::move(place));
   }
   Operation* op = m.new_op(OpKind::kSend, to, addr, "send", total, "tag", tag);
@@ -380,22 +383,22 @@ std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
   return msg;
 }
 
-Status Endpoint::wait(std::future<Status>& operation) {
+Status Endpoint::wait(Completion& operation) {
   Impl& m = *impl_;
   if (m.options.progress_thread && !m.options.busy_poll) return operation.get();
   // Every operation fails by its own deadline, so this loop ends.
-  while (operation.wait_for(std::chrono::seconds(0)) != std::future_status::ready) m.caller_poll();
+  while (!operation.is_ready()) m.caller_poll();
   return operation.get();
 }
 
 void Endpoint::progress() { impl_->progress_step(false); }
 
-std::future<Status> Endpoint::read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
+Completion Endpoint::read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
                                    const MemoryRegion* local_region) {
   return impl_->rma(true, from, local, size, remote, offset, local_region);
 }
 
-std::future<Status> Endpoint::write(PeerId to, const void* local, size_t size, const RemoteKey& remote,
+Completion Endpoint::write(PeerId to, const void* local, size_t size, const RemoteKey& remote,
                                     uint64_t offset, const MemoryRegion* local_region) {
   return impl_->rma(false, to, const_cast<void*>(local), size, remote, offset, local_region);
 }

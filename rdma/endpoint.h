@@ -32,7 +32,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -40,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "rdma/completion.h"
 #include "rdma/endpoint_options.h"
 #include "rdma/fabric_info.h"
 #include "rdma/memory_region.h"
@@ -153,14 +153,14 @@ class Endpoint {
   void mark_peer_failed(PeerId peer, std::string reason);
   bool has_peer(PeerId peer) const;
 
-  std::future<Status> send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces);
-  std::future<Status> send(PeerId to, uint64_t tag, const void* data, size_t size);
+  Completion send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces);
+  Completion send(PeerId to, uint64_t tag, const void* data, size_t size);
   // The next complete message from a known peer, or nullopt after `timeout`.
   std::optional<Message> receive(std::chrono::milliseconds timeout);
   // The operation's Status, driving progress while waiting where nothing
   // else does (progress_thread off, or busy_poll). With the default progress
   // thread it is `operation.get()`.
-  Status wait(std::future<Status>& operation);
+  Status wait(Completion& operation);
   // Reads the completion queue once (reposts, deadlines): for callers that
   // turned the progress thread off and have nothing to wait on right now.
   void progress();
@@ -173,9 +173,9 @@ class Endpoint {
   // `local` (write: the other way). `local_region`, when given, must contain
   // the local buffer; providers with FI_MR_LOCAL otherwise register it for
   // the duration of the operation.
-  std::future<Status> read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
+  Completion read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
                            const MemoryRegion* local_region = nullptr);
-  std::future<Status> write(PeerId to, const void* local, size_t size, const RemoteKey& remote, uint64_t offset,
+  Completion write(PeerId to, const void* local, size_t size, const RemoteKey& remote, uint64_t offset,
                             const MemoryRegion* local_region = nullptr);
 
   EndpointStats stats() const;

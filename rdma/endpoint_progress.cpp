@@ -13,8 +13,8 @@ namespace parafab::rdma {
 
 // Called once every post of `op` has been attempted: records a post failure
 // and completes the operation if nothing is outstanding.
-std::future<Status> Endpoint::Impl::finish_posting(Operation* op, const Status& post_status) {
-  std::future<Status> fut = op->promise.get_future();
+Completion Endpoint::Impl::finish_posting(Operation* op, const Status& post_status) {
+  Completion fut(op->completion);
   std::vector<Operation*> inbound_done;
   {
     std::lock_guard lock(mu_);
@@ -27,7 +27,7 @@ std::future<Status> Endpoint::Impl::finish_posting(Operation* op, const Status& 
   return fut;
 }
 
-// Completes `op` (mu_ held): fulfils the promise or, for an inbound
+// Completes `op` (mu_ held): fulfils its Completion or, for an inbound
 // message, hands it to deliver(). Erases it from the table.
 void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbound_done) {
   if (op->kind == OpKind::kInbound) {
@@ -37,7 +37,7 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
     return;
   }
   release_large_place_locked(*op);
-  if (!op->promise_set) {
+  if (!op->completed_set) {
     if (op->first_error.ok()) {
       if (op->kind == OpKind::kSend) {
         ++stats.messages_sent;
@@ -46,8 +46,7 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
         stats.rma_bytes += op->bytes;
       }
     }
-    op->promise.set_value(op->first_error);
-    op->promise_set = true;
+    op->complete_locked(op->first_error);
   }
   ops.erase(op);
 }
@@ -190,8 +189,11 @@ void Endpoint::Impl::dispatch(PostContext* pc, fi_addr_t src, size_t len, const 
     if (!err.ok() && op->first_error.ok()) op->first_error = err;
     // A peer that keeps completing is not "stopped answering": the timeout
     // counts from the operation's last progress.
-    if (!op->cancelled) op->deadline = Clock::now() + options.timeout;
-    if (op->all_posted && op->completed == op->planned) finish_locked(op, inbound_done);
+    if (op->all_posted && op->completed == op->planned) {
+      finish_locked(op, inbound_done);
+    } else if (!op->cancelled) {
+      op->deadline = coarse_now() + options.timeout;
+    }
   }
   release_slots(1);
   deliver(inbound_done);
@@ -272,14 +274,13 @@ bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std:
     for (auto& pc : op.contexts) to_cancel.push_back(&pc);
     return true;
   }
-  if (op.promise_set) return false;
+  if (op.completed_set) return false;
   // A send ended here gives its large-message place back now: a peer that
   // never completes it (dead, or replaced under the same rank) must not
   // hold back the sends after it.
   release_large_place_locked(op);
   // Sends and RMA stay until their completion or the close.
-  op.promise.set_value(Status(code, op.describe() + " to " + describe_peer_locked(op.peer) + why));
-  op.promise_set = true;
+  op.complete_locked(Status(code, op.describe() + " to " + describe_peer_locked(op.peer) + why));
   op.cancelled = true;
   return true;
 }
@@ -312,7 +313,7 @@ int Endpoint::Impl::progress_step(bool may_block) {
     retry.swap(repost_pending);
   }
   for (size_t slot : retry) repost(slot);
-  const auto now = Clock::now();
+  const auto now = coarse_now();
   if (now >= next_sweep.load()) {
     next_sweep = now + std::chrono::milliseconds(5);
     sweep_deadlines();

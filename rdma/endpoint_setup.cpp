@@ -148,14 +148,13 @@ Endpoint::Impl::~Impl() {
   stopping = true;
   if (progress_thread.joinable()) progress_thread.join();
   // Close the endpoint first: after that no completion can touch the
-  // operations, so their promises can be failed and their memory freed.
+  // operations, so their futures can be failed and their memory freed.
   ep.reset();
   pool_mr.reset();
   std::lock_guard lock(mu_);
   for (auto& [raw, op] : ops) {
-    if (!op->promise_set && op->kind != OpKind::kInbound) {
-      op->promise.set_value(Status(StatusCode::kClosed, op->describe() + ": endpoint closed"));
-      op->promise_set = true;
+    if (!op->completed_set && op->kind != OpKind::kInbound) {
+      op->complete_locked(Status(StatusCode::kClosed, op->describe() + ": endpoint closed"));
     }
   }
   ops.clear();
@@ -223,10 +222,11 @@ fi_addr_t Endpoint::Impl::lookup_locked(PeerId peer, Status& err) const {
   // process that is gone fails here instead. A peer that dies while a post
   // is already spinning is not covered: that needs robust locks in the provider.
   // The check (a kill(pid, 0) system call, about as long as a whole small
-  // message over shm) runs at most once a millisecond per peer: a post within
-  // a millisecond of a check is as safe as one right after it.
+  // message over shm) runs at most once a millisecond per peer, by the
+  // coarse clock (so once a tick, 4 ms here): a post within a few
+  // milliseconds of a check is as safe as one right after it.
   if (const auto pid = shm_pid.find(peer); pid != shm_pid.end()) {
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point now = coarse_now();
     Clock::time_point& seen = shm_alive_at[peer];
     if (now - seen >= kShmAliveCheckEvery) {
       if (::kill(pid->second, 0) != 0 && errno == ESRCH) {
@@ -250,7 +250,8 @@ Operation* Endpoint::Impl::new_op(OpKind kind, PeerId peer, fi_addr_t addr, cons
   op->bytes = bytes;
   op->detail_name = detail_name;
   op->detail = detail;
-  op->deadline = Clock::now() + options.timeout;
+  op->deadline = coarse_now() + options.timeout;
+  if (kind != OpKind::kInbound) op->completion = std::make_shared<detail::CompletionState>();
   Operation* raw = op.get();
   std::lock_guard lock(mu_);
   ops.emplace(raw, std::move(op));

@@ -47,7 +47,7 @@ struct KvClient::Pending {
   struct Send {
     uint32_t server = 0;
     uint64_t epoch = 0;  // the server's epoch (KvClient::epochs_) when sent
-    std::future<rdma::Status> done;
+    rdma::Completion done;
   };
   std::vector<Send> sends;
   // Pulls: server rank -> output row of each key it was asked for, in order.
@@ -486,7 +486,8 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
     std::vector<uint64_t> whole;
     alignas(8) uint64_t head[kMaxClockOffset / 8 + 1] = {};
     alignas(8) uint64_t v2 = 0;
-    std::future<rdma::Status> op;
+    rdma::Completion op;                // the current RMA read
+    std::future<rdma::Status> pulled;   // the message pull, by_message
     const uint64_t* words() const { return whole.empty() ? head : whole.data(); }
     uint64_t version() const { return words()[0]; }
     int64_t published() const { return static_cast<int64_t>(words()[region.clock_offset / 8]); }
@@ -589,12 +590,12 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
     Shard& sh = shards[k];
     if (!sh.by_message) continue;
     dense_read_fallbacks_.fetch_add(1);
-    sh.op = dense_pull(sh.table, sh.begin, sh.end - sh.begin, sh.dst, &clocks[k]);
+    sh.pulled = dense_pull(sh.table, sh.begin, sh.end - sh.begin, sh.dst, &clocks[k]);
   }
   rdma::Status first;
   for (size_t k = 0; k < shards.size(); ++k) {
     if (!shards[k].by_message) continue;
-    const rdma::Status st = shards[k].op.get();
+    const rdma::Status st = shards[k].pulled.get();
     if (!st.ok() && first.ok()) first = st;
     if (data_clock != nullptr) *data_clock = std::min(*data_clock, clocks[k]);
   }

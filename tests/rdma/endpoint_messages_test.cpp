@@ -41,7 +41,7 @@ TEST_P(EndpointMessages, EveryByteArrivesInOrderOfTags) {
   }
 
   std::vector<std::vector<std::byte>> payloads;
-  std::vector<std::future<Status>> sent;
+  std::vector<Completion> sent;
   for (size_t m = 0; m < in_flight; ++m) payloads.push_back(pattern(0, m, bytes));
   for (size_t m = 0; m < in_flight; ++m) {
     sent.push_back(eps[0]->send(1, /*tag=*/1000 + m, payloads[m].data(), payloads[m].size()));
@@ -157,7 +157,7 @@ TEST_P(EndpointPerProvider, EightPeersAllToAll) {
   constexpr size_t kPeers = 8;
   auto eps = make_mesh(kPeers, options_for(GetParam()));
   std::vector<std::vector<std::byte>> payloads(kPeers * kPeers);
-  std::vector<std::future<Status>> sent;
+  std::vector<Completion> sent;
   for (size_t i = 0; i < kPeers; ++i) {
     for (size_t j = 0; j < kPeers; ++j) {
       if (i == j) continue;
@@ -196,7 +196,7 @@ TEST_P(EndpointPerProvider, BackPressureWithTwoOperationsInFlightLosesNothing) {
   for (size_t m = 0; m < kMessages; ++m) payloads.push_back(pattern(0, m, 100 * kKiB + m));
   // Sends from a thread of their own: with two slots, send() blocks until
   // earlier operations complete, which needs the receiver to keep up.
-  std::vector<std::future<Status>> sent(kMessages);
+  std::vector<Completion> sent(kMessages);
   std::thread sender([&] {
     for (size_t m = 0; m < kMessages; ++m) sent[m] = eps[0]->send(1, m, payloads[m].data(), payloads[m].size());
   });
@@ -261,7 +261,7 @@ TEST_P(EndpointPerProvider, ALargeSendBeyondThePeersLimitWaitsAndLosesNothing) {
   constexpr size_t kBytes = 256 * kKiB;
   std::vector<std::vector<std::byte>> payloads;
   for (size_t m = 0; m < kMessages; ++m) payloads.push_back(pattern(0, m, kBytes + m));
-  std::vector<std::future<Status>> sent(kMessages);
+  std::vector<Completion> sent(kMessages);
   std::thread sender([&] {
     for (size_t m = 0; m < kMessages; ++m) sent[m] = a->send(1, m, payloads[m].data(), payloads[m].size());
   });
@@ -323,7 +323,7 @@ TEST_P(EndpointPerProvider, ALargeSendWaitingForAPlaceEndsWhenThePeerIsMarkedFai
   Endpoint* a = pair.a.get();
   const auto big = pattern(0, 0, 256 * kKiB);
   auto first = a->send(1, 0, big.data(), big.size());
-  std::future<Status> second;
+  Completion second;
   std::thread sender([&] { second = a->send(1, 1, big.data(), big.size()); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (a->stats().large_send_waits == 0 && std::chrono::steady_clock::now() < deadline) {
@@ -376,7 +376,7 @@ TEST_P(EndpointPerProvider, EachSendersMessagesArriveInSendOrder) {
   auto eps = make_mesh(3, o);
   constexpr size_t kPerSender = 40;
   std::vector<std::vector<std::byte>> payloads(2 * kPerSender);
-  std::vector<std::future<Status>> sent;
+  std::vector<Completion> sent;
   for (size_t i = 0; i < kPerSender; ++i) {
     for (PeerId from : {PeerId{0}, PeerId{1}}) {
       auto& p = payloads[from * kPerSender + i];

@@ -90,31 +90,40 @@ void Endpoint::Impl::release_slots(size_t n) {
 
 // Posts one operation of `op` with FT_POST's discipline: on -FI_EAGAIN read
 // the CQ (progress) and retry, until the deadline.
-Status Endpoint::Impl::post(Operation* op, const std::function<ssize_t(void* ctx)>& fn) {
+PostContext* Endpoint::Impl::add_context_locked(Operation& op) {
+  PostContext& pc = op.contexts.emplace_back();
+  pc.op = &op;
+  pc.index = op.contexts.size() - 1;
+  return &pc;
+}
+
+Status Endpoint::Impl::post(Operation* op, PostFn fn) {
+  // One lock when there is room (the usual case): the deadline, the slot
+  // and the context together.
   Clock::time_point deadline;
+  PostContext* pc = nullptr;
   {
     std::lock_guard lock(mu_);
     deadline = op->deadline;
+    if (in_flight < options.max_in_flight) {
+      ++in_flight;
+      pc = add_context_locked(*op);
+    }
   }
-  if (!acquire_slot(deadline)) {
+  if (pc == nullptr) {
+    if (!acquire_slot(deadline)) {
+      std::lock_guard lock(mu_);
+      return Status(StatusCode::kTimedOut, op->describe() + " to " + describe_peer_locked(op->peer) +
+                                               ": no room to post within the timeout (" +
+                                               std::to_string(options.max_in_flight) + " operations in flight)");
+    }
     std::lock_guard lock(mu_);
-    return Status(StatusCode::kTimedOut, op->describe() + " to " + describe_peer_locked(op->peer) +
-                                             ": no room to post within the timeout (" +
-                                             std::to_string(options.max_in_flight) + " operations in flight)");
-  }
-  PostContext* pc;
-  {
-    std::lock_guard lock(mu_);
-    op->contexts.emplace_back();
-    pc = &op->contexts.back();
-    pc->op = op;
-    pc->index = op->contexts.size() - 1;
+    pc = add_context_locked(*op);
   }
   for (;;) {
     const ssize_t rc = fn(&pc->fi_ctx);
     if (rc == 0) {
-      std::lock_guard lock(mu_);
-      ++op->posted;
+      ++op->posted;  // only the posting thread reads it (finish_posting), no lock
       return {};
     }
     if (rc != -FI_EAGAIN || Clock::now() >= deadline || stopping) {
@@ -233,15 +242,14 @@ Completion Endpoint::send(PeerId to, uint64_t tag, std::span<const ConstBuffer> 
     Status place = m.acquire_large_place(to, total, tag);
     if (!place.ok()) return ready_future(std::move(place));
   }
-  Operation* op = m.new_op(OpKind::kSend, to, addr, "send", total, "tag", tag);
-  if (limited) {
-    std::lock_guard lock(m.mu_);
-    op->counts_as_large = true;
-  }
+  std::unique_ptr<Operation> owned = m.make_op(OpKind::kSend, to, addr, "send", total, "tag", tag);
+  Operation* op = owned.get();
   FrameHeader h;
   h.user_tag = tag;
   {
     std::lock_guard lock(m.mu_);
+    op->counts_as_large = limited;
+    m.ops.insert(std::move(owned));
     h.message_id = m.order[to].next_send++ & kMessageIdMask;  // the receiver's delivery order
   }
   h.total_bytes = total;
@@ -287,9 +295,8 @@ Completion Endpoint::send(PeerId to, uint64_t tag, std::span<const ConstBuffer> 
   if (st.ok()) {
     st = m.post(op, [&](void* ctx) {
       return frame_parts == 1
-                 ? fi_tsend(m.ep.get(), frame_iov[0].iov_base, frame_iov[0].iov_len, frame_desc[0], addr,
-                            kHeaderTag, ctx)
-                 : fi_tsendv(m.ep.get(), frame_iov.data(), frame_desc.data(), frame_parts, addr, kHeaderTag, ctx);
+                 ? fi_send(m.ep.get(), frame_iov[0].iov_base, frame_iov[0].iov_len, frame_desc[0], addr, ctx)
+                 : fi_sendv(m.ep.get(), frame_iov.data(), frame_desc.data(), frame_parts, addr, ctx);
     });
   }
   if (!eager && st.ok()) {

@@ -30,7 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <functional>
+#include <type_traits>
 #include <list>
 #include <map>
 #include <optional>
@@ -130,6 +130,68 @@ struct Operation {
   Message message;
   uint64_t sequence = 0;
   size_t bytes = 0;
+
+  // Links of OpTable (mu_).
+  Operation* prev_op = nullptr;
+  Operation* next_op = nullptr;
+};
+
+// The operations in flight, owned: an intrusive doubly linked list, so that
+// adding and removing one allocates nothing (a hash table keyed by the
+// operation's address cost a node allocation and a free per operation).
+class OpTable {
+ public:
+  OpTable() = default;
+  OpTable(const OpTable&) = delete;
+  OpTable& operator=(const OpTable&) = delete;
+  ~OpTable() { clear(); }
+
+  void insert(std::unique_ptr<Operation> owned) {
+    Operation* op = owned.release();
+    op->prev_op = nullptr;
+    op->next_op = head_;
+    if (head_ != nullptr) head_->prev_op = op;
+    head_ = op;
+  }
+  // Unlinks `op` (which must be in the table) and hands it over.
+  std::unique_ptr<Operation> release(Operation* op) {
+    if (op->prev_op != nullptr) {
+      op->prev_op->next_op = op->next_op;
+    } else {
+      head_ = op->next_op;
+    }
+    if (op->next_op != nullptr) op->next_op->prev_op = op->prev_op;
+    op->prev_op = op->next_op = nullptr;
+    return std::unique_ptr<Operation>(op);
+  }
+  void erase(Operation* op) { release(op).reset(); }
+  // f(Operation&) for each; f must not add or remove operations.
+  template <typename F>
+  void for_each(F&& f) {
+    for (Operation* op = head_; op != nullptr; op = op->next_op) f(*op);
+  }
+  void clear() {
+    while (head_ != nullptr) erase(head_);
+  }
+
+ private:
+  Operation* head_ = nullptr;
+};
+
+// A non-owning reference to a callable `ssize_t(void* ctx)` that posts one
+// libfabric operation: std::function would allocate for a lambda of more
+// than two captures, once per post.
+class PostFn {
+ public:
+  template <typename F>
+  PostFn(F&& f)  // NOLINT: converts from any such lambda, like std::function
+      : obj_(static_cast<void*>(&f)),
+        call_([](void* obj, void* ctx) -> ssize_t { return (*static_cast<std::remove_reference_t<F>*>(obj))(ctx); }) {}
+  ssize_t operator()(void* ctx) const { return call_(obj_, ctx); }
+
+ private:
+  void* obj_;
+  ssize_t (*call_)(void*, void*);
 };
 
 struct Endpoint::Impl {
@@ -159,7 +221,7 @@ struct Endpoint::Impl {
   mutable std::mutex mu_;
   std::condition_variable slots_cv_;
   size_t in_flight = 0;
-  std::unordered_map<Operation*, std::unique_ptr<Operation>> ops;
+  OpTable ops;
   std::unordered_map<PeerId, fi_addr_t> peer_addrs;
   std::unordered_map<fi_addr_t, PeerId> addr_peers;
   std::unordered_map<PeerId, std::string> peer_names;  // fi_av_straddr of each peer
@@ -249,9 +311,14 @@ struct Endpoint::Impl {
   // Posts one libfabric operation of `op`, retrying on -FI_EAGAIN until the
   // operation's deadline as it stands when the post starts (read under mu_:
   // completions of its earlier posts move it on, on another thread).
-  Status post(Operation* op, const std::function<ssize_t(void* ctx)>& fn);
+  Status post(Operation* op, PostFn fn);
+  // A new context for one post of `op` (mu_ held).
+  PostContext* add_context_locked(Operation& op);
   void* local_desc(Operation& op, const void* p, size_t n, uint64_t access);
   FidHandle<fid_mr> register_raw(void* base, size_t length, uint64_t access, MemoryKind kind, int device);
+  // An operation, not yet in the table (make_op), or added to it (new_op).
+  std::unique_ptr<Operation> make_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb, uint64_t bytes,
+                                     const char* detail_name, uint64_t detail) const;
   Operation* new_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb, uint64_t bytes,
                     const char* detail_name, uint64_t detail);
   Completion finish_posting(Operation* op, const Status& post_status);

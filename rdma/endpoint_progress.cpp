@@ -31,9 +31,7 @@ Completion Endpoint::Impl::finish_posting(Operation* op, const Status& post_stat
 // message, hands it to deliver(). Erases it from the table.
 void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbound_done) {
   if (op->kind == OpKind::kInbound) {
-    ops.at(op).release();  // deliver() takes ownership, failed or not
-    inbound_done.push_back(op);
-    ops.erase(op);
+    inbound_done.push_back(ops.release(op).release());  // deliver() takes ownership, failed or not
     return;
   }
   release_large_place_locked(*op);
@@ -75,10 +73,29 @@ void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optio
       ++stats.dropped_out_of_order;
       return;
     }
-    const bool had_gap = !po.held.empty();
-    po.held.emplace(sequence, std::move(message));
-    drain_locked(po, ready);
-    if (!po.held.empty() && (!had_gap || !ready.empty())) po.gap_since = Clock::now();
+    if (sequence == po.next_deliver && po.held.empty()) {
+      // The usual case, the next in order with nothing held: no trip
+      // through the map (a node allocated and freed per message) and no
+      // vector for one message.
+      ++po.next_deliver;
+      if (!message) return;
+      ++stats.messages_received;
+      stats.bytes_received += message->data.size();
+    } else {
+      const bool had_gap = !po.held.empty();
+      po.held.emplace(sequence, std::move(message));
+      drain_locked(po, ready);
+      if (!po.held.empty() && (!had_gap || !ready.empty())) po.gap_since = Clock::now();
+      message.reset();
+    }
+  }
+  if (message) {
+    {
+      std::lock_guard lock(inbox_mu_);
+      inbox.push_back(std::move(*message));
+    }
+    inbox_cv_.notify_all();
+    return;
   }
   push_inbox(ready);
 }
@@ -194,8 +211,9 @@ void Endpoint::Impl::dispatch(PostContext* pc, fi_addr_t src, size_t len, const 
     } else if (!op->cancelled) {
       op->deadline = coarse_now() + options.timeout;
     }
+    in_flight -= std::min<size_t>(in_flight, 1);  // release_slots(1), under this lock
   }
-  release_slots(1);
+  slots_cv_.notify_all();
   deliver(inbound_done);
 }
 
@@ -240,11 +258,11 @@ void Endpoint::Impl::sweep_deadlines() {
   std::vector<PostContext*> to_cancel;
   {
     std::lock_guard lock(mu_);
-    for (auto& [raw, op] : ops) {
-      if (now < op->deadline) continue;
+    ops.for_each([&](Operation& op) {
+      if (now < op.deadline) return;
       const std::string why = " did not complete within " + std::to_string(options.timeout.count()) + " ms";
-      if (end_early_locked(*op, StatusCode::kTimedOut, why, to_cancel)) ++stats.timed_out;
-    }
+      if (end_early_locked(op, StatusCode::kTimedOut, why, to_cancel)) ++stats.timed_out;
+    });
   }
   for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
 
@@ -296,11 +314,11 @@ void Endpoint::Impl::fail_ops_of(PeerId peer, fi_addr_t addr, const std::string&
   std::vector<PostContext*> to_cancel;
   {
     std::lock_guard lock(mu_);
-    for (auto& [raw, op] : ops) {
-      if (op->kind == OpKind::kPoolBuffer || op->peer != peer) continue;
-      if (addr != FI_ADDR_UNSPEC && op->peer_addr != addr) continue;
-      (void)end_early_locked(*op, StatusCode::kPeerError, ": " + why, to_cancel);
-    }
+    ops.for_each([&](Operation& op) {
+      if (op.kind == OpKind::kPoolBuffer || op.peer != peer) return;
+      if (addr != FI_ADDR_UNSPEC && op.peer_addr != addr) return;
+      (void)end_early_locked(op, StatusCode::kPeerError, ": " + why, to_cancel);
+    });
   }
   for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
 }

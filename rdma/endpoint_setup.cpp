@@ -39,7 +39,8 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
   InfoPtr hints(fi_allocinfo());
   if (!hints) throw FabricError("fi_allocinfo", -FI_ENOMEM, context());
   hints->ep_attr->type = FI_EP_RDM;
-  const uint64_t base_caps = FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV | (options.hmem ? FI_HMEM : 0);
+  // FI_MSG for frame headers, FI_TAGGED for chunks (message_framing.h).
+  const uint64_t base_caps = FI_MSG | FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV | (options.hmem ? FI_HMEM : 0);
   const uint64_t rma_caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   // Every registration mode we honour; FI_MR_RAW keys are not supported.
@@ -56,7 +57,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
     hints->caps = base_caps;
     rc = fi_getinfo(FI_VERSION(1, 17), node, nullptr, node ? FI_SOURCE : 0, hints.get(), &raw);
   }
-  check(rc, "fi_getinfo", context() + " (tagged RDM with FI_SOURCE and FI_DIRECTED_RECV)");
+  check(rc, "fi_getinfo", context() + " (RDM with FI_MSG, FI_TAGGED, FI_SOURCE and FI_DIRECTED_RECV)");
   info.reset(raw);
   fi_info* fi = info.get();
   has_rma = (fi->caps & FI_RMA) != 0;
@@ -128,7 +129,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
     op.contexts.emplace_back();
     op.contexts.back().op = &op;
     op.contexts.back().index = i;
-    check(post_pool_buffer(i), "fi_trecv(receive pool)", context());
+    check(post_pool_buffer(i), "fi_recv(receive pool)", context());
   }
   if (options.progress_thread) progress_thread = std::thread([this] { progress_loop(); });
 }
@@ -152,11 +153,11 @@ Endpoint::Impl::~Impl() {
   ep.reset();
   pool_mr.reset();
   std::lock_guard lock(mu_);
-  for (auto& [raw, op] : ops) {
-    if (!op->completed_set && op->kind != OpKind::kInbound) {
-      op->complete_locked(Status(StatusCode::kClosed, op->describe() + ": endpoint closed"));
+  ops.for_each([](Operation& op) {
+    if (!op.completed_set && op.kind != OpKind::kInbound) {
+      op.complete_locked(Status(StatusCode::kClosed, op.describe() + ": endpoint closed"));
     }
-  }
+  });
   ops.clear();
 }
 
@@ -185,8 +186,8 @@ FidHandle<fid_mr> Endpoint::Impl::register_raw(void* base, size_t length, uint64
 int Endpoint::Impl::post_pool_buffer(size_t slot) {
   PostContext& pc = pool_ops[slot].contexts.front();
   void* desc = pool_mr ? fi_mr_desc(pool_mr.get()) : nullptr;
-  return static_cast<int>(fi_trecv(ep.get(), pool_memory.data() + slot * eager_limit, eager_limit, desc,
-                                   FI_ADDR_UNSPEC, kHeaderTag, 0, &pc.fi_ctx));
+  return static_cast<int>(
+      fi_recv(ep.get(), pool_memory.data() + slot * eager_limit, eager_limit, desc, FI_ADDR_UNSPEC, &pc.fi_ctx));
 }
 
 void Endpoint::Impl::repost(size_t slot) {
@@ -240,8 +241,8 @@ fi_addr_t Endpoint::Impl::lookup_locked(PeerId peer, Status& err) const {
   return it->second;
 }
 
-Operation* Endpoint::Impl::new_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb, uint64_t bytes,
-                                  const char* detail_name, uint64_t detail) {
+std::unique_ptr<Operation> Endpoint::Impl::make_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb,
+                                                   uint64_t bytes, const char* detail_name, uint64_t detail) const {
   auto op = std::make_unique<Operation>();
   op->kind = kind;
   op->peer = peer;
@@ -252,9 +253,15 @@ Operation* Endpoint::Impl::new_op(OpKind kind, PeerId peer, fi_addr_t addr, cons
   op->detail = detail;
   op->deadline = coarse_now() + options.timeout;
   if (kind != OpKind::kInbound) op->completion = std::make_shared<detail::CompletionState>();
+  return op;
+}
+
+Operation* Endpoint::Impl::new_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb, uint64_t bytes,
+                                  const char* detail_name, uint64_t detail) {
+  auto op = make_op(kind, peer, addr, verb, bytes, detail_name, detail);
   Operation* raw = op.get();
   std::lock_guard lock(mu_);
-  ops.emplace(raw, std::move(op));
+  ops.insert(std::move(op));
   return raw;
 }
 

@@ -1,7 +1,7 @@
 // How one logical message crosses the fabric.
 //
-// Every message starts with a 40-byte little-endian frame header sent with
-// libfabric tag 0 into a posted receive buffer. A small message (header +
+// Every message starts with a 40-byte little-endian frame header sent as an
+// untagged libfabric message (fi_send) into a posted receive buffer. A small message (header +
 // payload within the eager size) is that one send. A larger one sends the
 // header alone, flagged kLarge, and then the payload in chunks of
 // `chunk_bytes` (the sender's libfabric message limit), each a tagged send
@@ -30,8 +30,11 @@ inline constexpr uint16_t kFrameLarge = 1;  // payload follows as chunks
 inline constexpr size_t kEagerGatherBytes = 4096;
 
 // Chunk tags: bit 63 set, 39 bits of message id, 24 bits of chunk index.
-// Frame headers use tag 0, so the receive pool matches them exactly.
-inline constexpr uint64_t kHeaderTag = 0;
+// Frame headers are untagged (FI_MSG), so the receive pool sits in the
+// provider's untagged receive queue: a chunk that arrives before its
+// receive is posted is matched against the chunk receives alone, not
+// against every pool buffer (64 tag comparisons a chunk over shm, 0.3 us of
+// a 32 or 64 KiB message).
 inline constexpr int kChunkIndexBits = 24;
 inline constexpr int kMessageIdBits = 39;
 inline constexpr uint64_t kMaxChunks = uint64_t{1} << kChunkIndexBits;

@@ -91,9 +91,11 @@ void Endpoint::Impl::release_slots(size_t n) {
 // Posts one operation of `op` with FT_POST's discipline: on -FI_EAGAIN read
 // the CQ (progress) and retry, until the deadline.
 PostContext* Endpoint::Impl::add_context_locked(Operation& op) {
-  PostContext& pc = op.contexts.emplace_back();
+  const size_t index = op.context_count();
+  PostContext& pc = op.n_first_contexts < op.first_contexts.size() ? op.first_contexts[op.n_first_contexts++]
+                                                                    : op.more_contexts.emplace_back();
   pc.op = &op;
-  pc.index = op.contexts.size() - 1;
+  pc.index = index;
   return &pc;
 }
 
@@ -267,21 +269,26 @@ Completion Endpoint::send(PeerId to, uint64_t tag, std::span<const ConstBuffer> 
   // The frame's iovec lives on this stack, no allocation per send.
   constexpr size_t kFrameIov = 4;
   const bool gather = eager && total >= kEagerGatherBytes && nonempty + 1 <= std::min(m.iov_limit, kFrameIov);
-  op->bounce.resize(kFrameHeaderBytes + (eager && !gather ? total : 0));
-  encode_frame_header(h, op->bounce.data());
+  const size_t frame_bytes = kFrameHeaderBytes + (eager && !gather ? total : 0);
+  std::byte* frame = op->inline_frame.data();
+  if (frame_bytes > op->inline_frame.size()) {
+    op->bounce.resize(frame_bytes);
+    frame = op->bounce.data();
+  }
+  encode_frame_header(h, frame);
   if (eager && !gather) {
-    std::byte* out = op->bounce.data() + kFrameHeaderBytes;
+    std::byte* out = frame + kFrameHeaderBytes;
     for (const ConstBuffer& p : pieces) {
       if (p.size != 0) std::memcpy(out, p.data, p.size);
       out += p.size;
     }
   }
   Status st;
-  std::array<iovec, kFrameIov> frame_iov{iovec{op->bounce.data(), op->bounce.size()}};
+  std::array<iovec, kFrameIov> frame_iov{iovec{frame, frame_bytes}};
   std::array<void*, kFrameIov> frame_desc{};
   size_t frame_parts = 1;
   try {
-    frame_desc[0] = m.local_desc(*op, op->bounce.data(), op->bounce.size(), FI_SEND);
+    frame_desc[0] = m.local_desc(*op, frame, frame_bytes, FI_SEND);
     if (gather) {
       for (const ConstBuffer& p : pieces) {
         if (p.size == 0) continue;
@@ -303,39 +310,55 @@ Completion Endpoint::send(PeerId to, uint64_t tag, std::span<const ConstBuffer> 
     // Chunk k is payload bytes [k*C, (k+1)*C): an iovec over the pieces it
     // spans, or a gathered copy when it spans more than iov_limit pieces.
     const uint64_t n = chunk_count(total, m.max_chunk);
-    std::vector<void*> piece_desc(pieces.size(), nullptr);
-    try {
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        piece_desc[i] = m.local_desc(*op, pieces[i].data, pieces[i].size, FI_SEND);
+    // Descriptors only where the provider wants local registrations.
+    std::vector<void*> piece_desc;
+    if (m.mr_mode & FI_MR_LOCAL) {
+      try {
+        for (const ConstBuffer& p : pieces) piece_desc.push_back(m.local_desc(*op, p.data, p.size, FI_SEND));
+      } catch (const FabricError& e) {
+        st = Status(StatusCode::kInvalidArgument, e.what());
       }
-    } catch (const FabricError& e) {
-      st = Status(StatusCode::kInvalidArgument, e.what());
     }
+    // A chunk's iovec on this stack (no allocation per chunk): at most
+    // kChunkIov entries, fewer where the provider takes fewer.
+    constexpr size_t kChunkIov = 4;
+    const size_t iov_max = std::min(m.iov_limit, kChunkIov);
     size_t piece = 0;
     uint64_t piece_off = 0;  // offset inside pieces[piece]
     for (uint64_t k = 0; k < n && st.ok(); ++k) {
       const uint64_t len = std::min<uint64_t>(m.max_chunk, total - k * m.max_chunk);
-      std::vector<iovec> iov;
-      std::vector<void*> desc;
-      uint64_t need = len;
-      while (need > 0) {
+      std::array<iovec, kChunkIov> iov;
+      std::array<void*, kChunkIov> desc{};
+      size_t parts = 0;
+      std::vector<std::byte> copy;  // the chunk gathered, once it spans more than iov_max pieces
+      bool gathered = false;
+      uint64_t at = 0;  // bytes of the chunk placed so far
+      while (at < len) {
         while (pieces[piece].size == piece_off) {
           ++piece;
           piece_off = 0;
         }
-        const uint64_t take = std::min<uint64_t>(need, pieces[piece].size - piece_off);
-        iov.push_back({const_cast<std::byte*>(static_cast<const std::byte*>(pieces[piece].data) + piece_off), take});
-        desc.push_back(piece_desc[piece]);
-        piece_off += take;
-        need -= take;
-      }
-      if (iov.size() > m.iov_limit) {
-        std::vector<std::byte> copy(len);
-        size_t at = 0;
-        for (const iovec& v : iov) {
-          std::memcpy(copy.data() + at, v.iov_base, v.iov_len);
-          at += v.iov_len;
+        const uint64_t take = std::min<uint64_t>(len - at, pieces[piece].size - piece_off);
+        auto* src = const_cast<std::byte*>(static_cast<const std::byte*>(pieces[piece].data) + piece_off);
+        if (!gathered && parts == iov_max) {
+          copy.resize(len);
+          uint64_t o = 0;
+          for (size_t i = 0; i < parts; ++i) {
+            std::memcpy(copy.data() + o, iov[i].iov_base, iov[i].iov_len);
+            o += iov[i].iov_len;
+          }
+          gathered = true;
         }
+        if (gathered) {
+          std::memcpy(copy.data() + at, src, take);
+        } else {
+          iov[parts] = {src, take};
+          desc[parts++] = piece_desc.empty() ? nullptr : piece_desc[piece];
+        }
+        at += take;
+        piece_off += take;
+      }
+      if (gathered) {
         void* d = nullptr;
         try {
           d = m.local_desc(*op, copy.data(), copy.size(), FI_SEND);
@@ -343,18 +366,17 @@ Completion Endpoint::send(PeerId to, uint64_t tag, std::span<const ConstBuffer> 
           st = Status(StatusCode::kInvalidArgument, e.what());
           break;
         }
-        iov.assign(1, iovec{copy.data(), copy.size()});
-        desc.assign(1, d);
+        iov[0] = iovec{copy.data(), copy.size()};
+        desc[0] = d;
+        parts = 1;
         std::lock_guard lock(m.mu_);
         op->copies.push_back(std::move(copy));  // the heap buffer, and so iov, stays put
       }
       const uint64_t t = chunk_tag(h.message_id, k);
-      st = m.post(op,
-                  [&](void* ctx) {
-                    return iov.size() == 1
-                               ? fi_tsend(m.ep.get(), iov[0].iov_base, iov[0].iov_len, desc[0], addr, t, ctx)
-                               : fi_tsendv(m.ep.get(), iov.data(), desc.data(), iov.size(), addr, t, ctx);
-                  });
+      st = m.post(op, [&](void* ctx) {
+        return parts == 1 ? fi_tsend(m.ep.get(), iov[0].iov_base, iov[0].iov_len, desc[0], addr, t, ctx)
+                          : fi_tsendv(m.ep.get(), iov.data(), desc.data(), parts, addr, t, ctx);
+      });
     }
   }
   return m.finish_posting(op, st);

@@ -26,6 +26,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -116,15 +117,28 @@ struct Operation {
   bool cancelled = false;
 
   bool counts_as_large = false;  // holds one of its peer's large_in_flight places
-  ByteBuffer bounce;  // the frame header, plus a small eager payload (copied)
+  // The frame as sent: the header, plus a small eager payload copied behind
+  // it. In `inline_frame` when it fits (no allocation; left uninitialised,
+  // see make_op), else in `bounce`.
+  static constexpr size_t kInlineFrameBytes = 256;
+  std::array<std::byte, kInlineFrameBytes> inline_frame;
+  ByteBuffer bounce;
   // Chunks gathered from more pieces than iov_limit (their heap buffers stay put).
   std::vector<std::vector<std::byte>> copies;
   std::vector<FidHandle<fid_mr>> registrations;  // FI_MR_LOCAL, for the operation's life
-  // Stable addresses. A list: nothing allocated before the first post (an
-  // empty std::deque allocates two blocks), one node a post; with the
-  // vector above, a 1 KiB message over shm, one thread driving both ends:
-  // 1.19 -> 1.11 us one way.
-  std::list<PostContext> contexts;
+  // One context per post, at stable addresses: the first two in place (a
+  // large message's header and chunk, or one chunk receive), more in a list.
+  // An allocation per post before (list nodes; a std::deque allocates two
+  // blocks even when empty).
+  std::array<PostContext, 2> first_contexts;
+  size_t n_first_contexts = 0;
+  std::list<PostContext> more_contexts;
+  size_t context_count() const { return n_first_contexts + more_contexts.size(); }
+  template <typename F>
+  void for_each_context(F&& f) {
+    for (size_t i = 0; i < n_first_contexts; ++i) f(first_contexts[i]);
+    for (PostContext& pc : more_contexts) f(pc);
+  }
 
   // kInbound: the message being reassembled, and its place in its sender's order.
   Message message;
@@ -241,6 +255,9 @@ struct Endpoint::Impl {
   };
   std::unordered_map<PeerId, PeerOrder> order;
   std::vector<size_t> repost_pending;  // pool slots whose repost met -FI_EAGAIN
+  // Whether repost_pending may be non-empty: read without mu_ on every
+  // progress step, so an empty list costs no lock.
+  std::atomic<bool> has_repost_pending{false};
   // Large sends in flight per peer, and the most allowed (0: no limit).
   std::unordered_map<PeerId, size_t> large_in_flight;
   size_t large_limit = 0;

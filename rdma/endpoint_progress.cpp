@@ -289,7 +289,7 @@ bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std:
     // Receives can be cancelled; their FI_ECANCELED completions then
     // finish the operation.
     op.cancelled = true;
-    for (auto& pc : op.contexts) to_cancel.push_back(&pc);
+    op.for_each_context([&](PostContext& pc) { to_cancel.push_back(&pc); });
     return true;
   }
   if (op.completed_set) return false;
@@ -325,12 +325,15 @@ void Endpoint::Impl::fail_ops_of(PeerId peer, fi_addr_t addr, const std::string&
 
 int Endpoint::Impl::progress_step(bool may_block) {
   const int n = progress_once(may_block && has_wait);
-  std::vector<size_t> retry;
-  {
-    std::lock_guard lock(mu_);
-    retry.swap(repost_pending);
+  if (has_repost_pending.load(std::memory_order_acquire)) {
+    std::vector<size_t> retry;
+    {
+      std::lock_guard lock(mu_);
+      retry.swap(repost_pending);
+      has_repost_pending.store(false, std::memory_order_relaxed);
+    }
+    for (size_t slot : retry) repost(slot);
   }
-  for (size_t slot : retry) repost(slot);
   const auto now = coarse_now();
   if (now >= next_sweep.load()) {
     next_sweep = now + std::chrono::milliseconds(5);

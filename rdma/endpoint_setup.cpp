@@ -126,9 +126,9 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
   for (size_t i = 0; i < nbuf; ++i) {
     Operation& op = pool_ops[i];
     op.kind = OpKind::kPoolBuffer;
-    op.contexts.emplace_back();
-    op.contexts.back().op = &op;
-    op.contexts.back().index = i;
+    op.n_first_contexts = 1;
+    op.first_contexts[0].op = &op;
+    op.first_contexts[0].index = i;
     check(post_pool_buffer(i), "fi_recv(receive pool)", context());
   }
   if (options.progress_thread) progress_thread = std::thread([this] { progress_loop(); });
@@ -184,7 +184,7 @@ FidHandle<fid_mr> Endpoint::Impl::register_raw(void* base, size_t length, uint64
 }
 
 int Endpoint::Impl::post_pool_buffer(size_t slot) {
-  PostContext& pc = pool_ops[slot].contexts.front();
+  PostContext& pc = pool_ops[slot].first_contexts[0];
   void* desc = pool_mr ? fi_mr_desc(pool_mr.get()) : nullptr;
   return static_cast<int>(
       fi_recv(ep.get(), pool_memory.data() + slot * eager_limit, eager_limit, desc, FI_ADDR_UNSPEC, &pc.fi_ctx));
@@ -196,6 +196,7 @@ void Endpoint::Impl::repost(size_t slot) {
   if (rc == -FI_EAGAIN) {
     std::lock_guard lock(mu_);
     repost_pending.push_back(slot);
+    has_repost_pending.store(true, std::memory_order_release);
   }
   // Any other failure leaves the pool one buffer smaller; the endpoint
   // keeps working with the rest.
@@ -243,7 +244,9 @@ fi_addr_t Endpoint::Impl::lookup_locked(PeerId peer, Status& err) const {
 
 std::unique_ptr<Operation> Endpoint::Impl::make_op(OpKind kind, PeerId peer, fi_addr_t addr, const char* verb,
                                                    uint64_t bytes, const char* detail_name, uint64_t detail) const {
-  auto op = std::make_unique<Operation>();
+  // Default-, not value-initialised: members without an initialiser (the
+  // inline frame, the fi_context2s) are not zeroed first, ~500 bytes an operation.
+  std::unique_ptr<Operation> op(new Operation);
   op->kind = kind;
   op->peer = peer;
   op->peer_addr = addr;

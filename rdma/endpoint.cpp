@@ -88,8 +88,6 @@ void Endpoint::Impl::release_slots(size_t n) {
   slots_cv_.notify_all();
 }
 
-// Posts one operation of `op` with FT_POST's discipline: on -FI_EAGAIN read
-// the CQ (progress) and retry, until the deadline.
 PostContext* Endpoint::Impl::add_context_locked(Operation& op) {
   const size_t index = op.context_count();
   PostContext& pc = op.n_first_contexts < op.first_contexts.size() ? op.first_contexts[op.n_first_contexts++]
@@ -99,6 +97,8 @@ PostContext* Endpoint::Impl::add_context_locked(Operation& op) {
   return &pc;
 }
 
+// Posts one operation of `op` with FT_POST's discipline: on -FI_EAGAIN read
+// the CQ (progress) and retry, until the deadline.
 Status Endpoint::Impl::post(Operation* op, PostFn fn) {
   // One lock when there is room (the usual case): the deadline, the slot
   // and the context together.
@@ -160,7 +160,7 @@ void* Endpoint::Impl::local_desc(Operation& op, const void* p, size_t n, uint64_
 }
 
 Completion Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote,
-                                        uint64_t offset, const MemoryRegion* local_region) {
+                               uint64_t offset, const MemoryRegion* local_region) {
   const char* verb = is_read ? "RMA read" : "RMA write";
   if (!has_rma) {
     return ready_future(Status(StatusCode::kUnsupported, std::string(verb) + ": provider '" +
@@ -423,12 +423,12 @@ Status Endpoint::wait(Completion& operation) {
 void Endpoint::progress() { impl_->progress_step(false); }
 
 Completion Endpoint::read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
-                                   const MemoryRegion* local_region) {
+                          const MemoryRegion* local_region) {
   return impl_->rma(true, from, local, size, remote, offset, local_region);
 }
 
-Completion Endpoint::write(PeerId to, const void* local, size_t size, const RemoteKey& remote,
-                                    uint64_t offset, const MemoryRegion* local_region) {
+Completion Endpoint::write(PeerId to, const void* local, size_t size, const RemoteKey& remote, uint64_t offset,
+                           const MemoryRegion* local_region) {
   return impl_->rma(false, to, const_cast<void*>(local), size, remote, offset, local_region);
 }
 

@@ -8,9 +8,10 @@
 //   sender's messages in the order they were sent;
 // - one-sided RMA: `read`/`write` a peer's registered region.
 //
-// Every operation returns a future that becomes ready with a Status within
-// the endpoint's timeout, whatever the peer does. Peers are named by the
-// caller's own ranks (PeerId); their addresses come from the control plane.
+// Every operation returns a future (rdma::Completion) that becomes ready
+// with a Status within the endpoint's timeout, whatever the peer does. Peers
+// are named by the caller's own ranks (PeerId); their addresses come from
+// the control plane.
 //
 //   rdma::Endpoint a(options), b(options);
 //   a.add_peer(1, b.address());  b.add_peer(0, a.address());
@@ -174,9 +175,9 @@ class Endpoint {
   // the local buffer; providers with FI_MR_LOCAL otherwise register it for
   // the duration of the operation.
   Completion read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
-                           const MemoryRegion* local_region = nullptr);
+                  const MemoryRegion* local_region = nullptr);
   Completion write(PeerId to, const void* local, size_t size, const RemoteKey& remote, uint64_t offset,
-                            const MemoryRegion* local_region = nullptr);
+                   const MemoryRegion* local_region = nullptr);
 
   EndpointStats stats() const;
 

@@ -198,6 +198,7 @@ class OpTable {
 class PostFn {
  public:
   template <typename F>
+    requires(!std::is_same_v<std::decay_t<F>, PostFn>)
   PostFn(F&& f)  // NOLINT: converts from any such lambda, like std::function
       : obj_(static_cast<void*>(&f)),
         call_([](void* obj, void* ctx) -> ssize_t { return (*static_cast<std::remove_reference_t<F>*>(obj))(ctx); }) {}
@@ -340,8 +341,8 @@ struct Endpoint::Impl {
                     const char* detail_name, uint64_t detail);
   Completion finish_posting(Operation* op, const Status& post_status);
   fi_addr_t lookup_locked(PeerId peer, Status& err) const;
-  Completion rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote,
-                          uint64_t offset, const MemoryRegion* local_region);
+  Completion rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
+                 const MemoryRegion* local_region);
   void post_inbound_chunks(Operation* op, const FrameHeader& h);
 };
 

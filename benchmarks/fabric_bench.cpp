@@ -405,56 +405,59 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
                             std::ostream& log) {
   auto iterations_for = [&](size_t s) { return o.iterations > 0 ? o.iterations : default_fabric_iterations(s); };
 
-  // fi_pingpong first, before this process opens any fabric (no fork after
-  // memory registration).
-  std::map<size_t, PingpongFigures> ceiling;
-  std::map<size_t, int> ceiling_iterations;
-  if (o.ceiling) {
-    for (size_t s : o.sizes) {
-      PingpongCeilingOptions c;
-      c.executable = o.fi_pingpong;
-      c.provider = provider;
-      c.bytes = s;
-      // fi_pingpong does not warm up: a few more round trips dilute its set-up.
-      c.iterations = std::max(iterations_for(s), 50);
-      c.timeout = o.timeout;
-      const PingpongCeiling r = measure_fi_pingpong(c);
-      if (r.figures) {
-        ceiling[s] = *r.figures;
-        ceiling_iterations[s] = c.iterations;
-        log << fmt::format("{} {}: fi_pingpong {:.2f} MB/s, {:.2f} us/xfer\n", provider, human_bytes(s),
-                           r.figures->mb_per_s, r.figures->usec_per_xfer);
-      } else {
-        log << fmt::format("{} {}: no fi_pingpong ceiling ({}): {}\n", provider, human_bytes(s), r.command, r.error);
-        if (r.error.rfind("fi_pingpong not found", 0) == 0) {
-          log << provider << ": fi_pingpong (Debian package libfabric-bin) is not available; "
-              << "figures are reported without a ceiling\n";
-          break;
-        }
-      }
+  // Size by size: fi_pingpong, then our cases on endpoints opened for that
+  // size alone, so that both figures of a ratio come from the same few
+  // seconds (this machine's speed drifts up to 2x over a minute; with every
+  // fi_pingpong size first, a ratio compared periods, not transports). No
+  // endpoint is open while fi_pingpong is forked: no fork after memory
+  // registration (a verbs provider's registered pages would go
+  // copy-on-write under the parent).
+  bool fi_pingpong_missing = false;
+  auto measure_ceiling = [&](size_t s) -> std::optional<std::pair<PingpongFigures, int>> {
+    if (!o.ceiling || fi_pingpong_missing) return std::nullopt;
+    PingpongCeilingOptions c;
+    c.executable = o.fi_pingpong;
+    c.provider = provider;
+    c.bytes = s;
+    // fi_pingpong does not warm up: a few more round trips dilute its set-up.
+    c.iterations = std::max(iterations_for(s), 50);
+    c.timeout = o.timeout;
+    const PingpongCeiling r = measure_fi_pingpong(c);
+    if (r.figures) {
+      log << fmt::format("{} {}: fi_pingpong {:.2f} MB/s, {:.2f} us/xfer\n", provider, human_bytes(s),
+                         r.figures->mb_per_s, r.figures->usec_per_xfer);
+      return std::make_pair(*r.figures, c.iterations);
     }
-  }
+    log << fmt::format("{} {}: no fi_pingpong ceiling ({}): {}\n", provider, human_bytes(s), r.command, r.error);
+    if (r.error.rfind("fi_pingpong not found", 0) == 0) {
+      log << provider << ": fi_pingpong (Debian package libfabric-bin) is not available; "
+          << "figures are reported without a ceiling\n";
+      fi_pingpong_missing = true;
+    }
+    return std::nullopt;
+  };
 
   std::unique_ptr<rdma::Endpoint> a, b;
-  try {
-    rdma::EndpointOptions eo;
-    eo.provider = provider;
-    eo.node = o.node;
-    eo.timeout = o.timeout;
-    eo.busy_poll = o.busy_poll;
-    // Like fi_pingpong: the threads that wait drive progress themselves.
-    eo.progress_thread = !o.busy_poll;
-    a = std::make_unique<rdma::Endpoint>(eo);
-    b = std::make_unique<rdma::Endpoint>(eo);
-    a->add_peer(kB, b->address());
-    b->add_peer(kA, a->address());
-  } catch (const std::exception& e) {
-    log << provider << ": cannot open two endpoints: " << e.what() << "\n";
-    return 2;
-  }
-  log << fmt::format("{}: endpoints {} and {} ({}), max message {} bytes, RMA {}\n", provider, a->address_string(),
-                     b->address_string(), a->provider().provider, a->max_chunk_bytes(),
-                     a->supports_rma() ? "yes" : "no");
+  auto open_pair = [&]() -> bool {
+    try {
+      rdma::EndpointOptions eo;
+      eo.provider = provider;
+      eo.node = o.node;
+      eo.timeout = o.timeout;
+      eo.busy_poll = o.busy_poll;
+      // Like fi_pingpong: the threads that wait drive progress themselves.
+      eo.progress_thread = !o.busy_poll;
+      a = std::make_unique<rdma::Endpoint>(eo);
+      b = std::make_unique<rdma::Endpoint>(eo);
+      a->add_peer(kB, b->address());
+      b->add_peer(kA, a->address());
+    } catch (const std::exception& e) {
+      log << provider << ": cannot open two endpoints: " << e.what() << "\n";
+      return false;
+    }
+    return true;
+  };
+  bool described = false;
 
   const char* verified = o.verify ? "yes" : "no";
   const std::string pp_kind = "fi_pingpong ping-pong (both directions)";
@@ -462,27 +465,36 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
     for (size_t s : o.sizes) {
       const int n = iterations_for(s);
       const int warmup = std::clamp(n / 10, 2, 50);
-      const auto c = ceiling.find(s);
-      const bool has_c = c != ceiling.end();
+      a.reset();
+      b.reset();
+      const auto c = measure_ceiling(s);
+      const bool has_c = c.has_value();
+      if (!open_pair()) return 2;
+      if (!described) {
+        log << fmt::format("{}: endpoints {} and {} ({}), max message {} bytes, RMA {}\n", provider,
+                           a->address_string(), b->address_string(), a->provider().provider, a->max_chunk_bytes(),
+                           a->supports_rma() ? "yes" : "no");
+        described = true;
+      }
       auto base = [](const char* case_name, double value, const char* unit) {
         return BenchRecord("fabric", case_name, value, unit);
       };
       auto common = [&](BenchRecord& r) {
         r.with("provider", provider).with("bytes", s).with("iterations", n).with("verified", verified)
             .with("progress", o.busy_poll ? "busy_poll" : "adaptive");
-        if (has_c) r.with("ceiling_iterations", ceiling_iterations[s]);
+        if (has_c) r.with("ceiling_iterations", c->second);
       };
 
       const Timed pp = run_pingpong(*a, *b, s, n, warmup, o.verify, o.timeout);
       {
         BenchRecord lat = base("tagged_pingpong", pp.elapsed_us / (2.0 * n), "us");
-        if (has_c) with_latency_ceiling(lat, c->second.usec_per_xfer, "fi_pingpong");
+        if (has_c) with_latency_ceiling(lat, c->first.usec_per_xfer, "fi_pingpong");
         else lat.with("better", "lower");
         lat.with("metric", "one-way latency (round trip / 2)");
         common(lat);
         report.add(std::move(lat));
         BenchRecord bw = base("tagged_pingpong", 2.0 * n * static_cast<double>(s) / pp.elapsed_us, "MB/s");
-        if (has_c) bw.with_ceiling(c->second.mb_per_s, "fi_pingpong");
+        if (has_c) bw.with_ceiling(c->first.mb_per_s, "fi_pingpong");
         bw.with("better", "higher").with("metric", "ping-pong bandwidth (both directions)");
         common(bw);
         report.add(std::move(bw));
@@ -491,7 +503,7 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
       const Timed st = run_stream(*a, *b, s, n, warmup, o.window, o.verify, o.timeout);
       {
         BenchRecord bw = base("tagged_stream", n * static_cast<double>(s) / st.elapsed_us, "MB/s");
-        if (has_c) bw.with_ceiling(c->second.mb_per_s, "fi_pingpong").with("ceiling_kind", pp_kind);
+        if (has_c) bw.with_ceiling(c->first.mb_per_s, "fi_pingpong").with("ceiling_kind", pp_kind);
         bw.with("better", "higher").with("metric", "one-way bandwidth").with("window", o.window);
         common(bw);
         report.add(std::move(bw));
@@ -503,7 +515,7 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
         const RmaTimes rt = run_rma_read(*a, *b, s, n, warmup, o.window, o.verify);
         BenchRecord lat = base("rma_read", rt.latency.elapsed_us / n, "us");
         if (has_c) {
-          with_latency_ceiling(lat, c->second.usec_per_xfer, "fi_pingpong")
+          with_latency_ceiling(lat, c->first.usec_per_xfer, "fi_pingpong")
               .with("ceiling_kind", "fi_pingpong usec/xfer (half a round trip of tagged messages)");
         } else {
           lat.with("better", "lower");
@@ -512,7 +524,7 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
         common(lat);
         report.add(std::move(lat));
         BenchRecord bw = base("rma_read", n * static_cast<double>(s) / rt.bandwidth.elapsed_us, "MB/s");
-        if (has_c) bw.with_ceiling(c->second.mb_per_s, "fi_pingpong").with("ceiling_kind", pp_kind);
+        if (has_c) bw.with_ceiling(c->first.mb_per_s, "fi_pingpong").with("ceiling_kind", pp_kind);
         bw.with("better", "higher").with("metric", "read bandwidth").with("window", o.window);
         common(bw);
         report.add(std::move(bw));

@@ -6,10 +6,15 @@
 //   o.json_path = "bench_fabric.json";
 //   int rc = run_fabric_bench(o, std::cout);    // table on stdout, JSON lines to the file
 //
-// Two endpoints in this process over 127.0.0.1, each with its own progress
-// thread; A on the calling thread, B's replies on a thread of their own.
+// Two endpoints in this process over 127.0.0.1, opened afresh for each size
+// right after that size's fi_pingpong run, so that both figures of a ratio
+// come from the same few seconds. By default the waiting threads poll the
+// CQs themselves, as fi_pingpong does (busy_poll); with busy_poll off each
+// endpoint has its adaptive progress thread. A runs on the calling thread,
+// B on a thread of its own.
 // Cases, each after a warm-up, per size S and N iterations:
-//   tagged_pingpong  A sends S bytes, B sends them back, N times. Two records:
+//   tagged_pingpong  A sends S bytes, B answers with S bytes from its own
+//                    buffer (as fi_pingpong does), N times. Two records:
 //                    "us" = round trip / 2 and "MB/s" = 2 N S / elapsed,
 //                    computed as fi_pingpong computes usec/xfer and MB/sec.
 //   tagged_stream    A keeps `window` sends in flight, B receives N messages;

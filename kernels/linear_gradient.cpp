@@ -118,14 +118,7 @@ struct RowView {
   // plain adds: the accumulator belongs to the caller alone.
   PARAFAB_HD void scatter_plain(int64_t i, float s, float* acc) const {
     const uint64_t end = row_ptr[i + 1];
-    for (uint64_t k = row_ptr[i]; k < end; ++k) {
-      if constexpr (kHostBackend) {
-        if (k + detail::kPrefetchDistance < nnz_end) {
-          detail::prefetch_for_write(&acc[cols[k + detail::kPrefetchDistance]]);
-        }
-      }
-      acc[cols[k]] += s * value(k);
-    }
+    for (uint64_t k = row_ptr[i]; k < end; ++k) acc[cols[k]] += s * value(k);
     if (bias_slot >= 0) acc[bias_slot] += s;
   }
 

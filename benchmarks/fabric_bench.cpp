@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "benchmarks/bench_endpoint.h"
 #include "benchmarks/pingpong_ceiling.h"
 #include "rdma/endpoint.h"
 #include "rdma/fabric_error.h"
@@ -440,13 +441,7 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
   std::unique_ptr<rdma::Endpoint> a, b;
   auto open_pair = [&]() -> bool {
     try {
-      rdma::EndpointOptions eo;
-      eo.provider = provider;
-      eo.node = o.node;
-      eo.timeout = o.timeout;
-      eo.busy_poll = o.busy_poll;
-      // Like fi_pingpong: the threads that wait drive progress themselves.
-      eo.progress_thread = !o.busy_poll;
+      const rdma::EndpointOptions eo = bench_endpoint_options(provider, o.node, o.timeout, o.busy_poll);
       a = std::make_unique<rdma::Endpoint>(eo);
       b = std::make_unique<rdma::Endpoint>(eo);
       a->add_peer(kB, b->address());

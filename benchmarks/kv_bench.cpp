@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "benchmarks/bench_endpoint.h"
 #include "benchmarks/fabric_bench.h"
 #include "ps/cluster_map.h"
 #include "ps/dense_table.h"
@@ -108,12 +109,7 @@ ps::TableSchema adagrad_schema(uint32_t id) {
 class KvJob {
  public:
   KvJob(const KvBenchOptions& o, const std::string& provider, std::vector<ps::TableSchema> tables) {
-    rdma::EndpointOptions eo;
-    eo.provider = provider;
-    eo.node = o.node;
-    eo.timeout = o.timeout;
-    eo.busy_poll = o.busy_poll;
-    eo.progress_thread = !o.busy_poll;
+    const rdma::EndpointOptions eo = bench_endpoint_options(provider, o.node, o.timeout, o.busy_poll);
     const uint32_t n = o.servers + o.workers;
     for (uint32_t i = 0; i < n; ++i) eps_.push_back(std::make_unique<rdma::Endpoint>(eo));
     map_.tables = std::move(tables);

@@ -1,13 +1,13 @@
 // How one logical message crosses the fabric.
 //
 // Every message starts with a 40-byte little-endian frame header sent as an
-// untagged libfabric message (fi_send) into a posted receive buffer. A small message (header +
-// payload within the eager size) is that one send. A larger one sends the
-// header alone, flagged kLarge, and then the payload in chunks of
-// `chunk_bytes` (the sender's libfabric message limit), each a tagged send
-// whose tag names the message and the chunk (chunk_tag). On the header, the
-// receiver allocates the whole message and posts one receive per chunk,
-// directed at the sender, so chunks land in place with no copy.
+// untagged libfabric message (fi_send) into a posted receive buffer. A small
+// message (header + payload within the eager size) is that one send. A
+// larger one sends the header alone, flagged kLarge, and then the payload in
+// chunks of `chunk_bytes` (the sender's libfabric message limit), each a
+// tagged send whose tag names the message and the chunk (chunk_tag). On the
+// header, the receiver allocates the whole message and posts one receive
+// per chunk, directed at the sender, so chunks land in place with no copy.
 //
 // This framing belongs to the transport; the parameter-server wire format
 // (DESIGN.md) is the payload and is validated by ps/.

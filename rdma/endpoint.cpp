@@ -20,10 +20,7 @@ bool Endpoint::Impl::acquire_slot(Clock::time_point deadline) {
   for (;;) {
     {
       std::lock_guard lock(mu_);
-      if (in_flight < options.max_in_flight) {
-        ++in_flight;
-        return true;
-      }
+      if (take_slot_locked()) return true;
     }
     if (stopping || Clock::now() >= deadline) return false;
     // Drive progress here rather than wait for the progress thread: this may
@@ -83,7 +80,7 @@ void Endpoint::Impl::release_slots(size_t n) {
   if (n == 0) return;
   {
     std::lock_guard lock(mu_);
-    in_flight -= std::min(in_flight, n);
+    release_slots_locked(n);
   }
   slots_cv_.notify_all();
 }
@@ -107,10 +104,7 @@ Status Endpoint::Impl::post(Operation* op, PostFn fn) {
   {
     std::lock_guard lock(mu_);
     deadline = op->deadline;
-    if (in_flight < options.max_in_flight) {
-      ++in_flight;
-      pc = add_context_locked(*op);
-    }
+    if (take_slot_locked()) pc = add_context_locked(*op);
   }
   if (pc == nullptr) {
     if (!acquire_slot(deadline)) {

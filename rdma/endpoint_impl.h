@@ -31,14 +31,15 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <type_traits>
 #include <list>
 #include <map>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -103,12 +104,9 @@ struct Operation {
 
   // Fulfilled once (complete_locked); a kInbound operation has none.
   std::shared_ptr<detail::CompletionState> completion;
-  bool completed_set = false;
+  bool fulfilled() const { return completion && completion->done.load(std::memory_order_relaxed); }
   // Sends and RMA: gives the operation's future its Status, once (mu_ held).
-  void complete_locked(Status s) {
-    completion->set(std::move(s));
-    completed_set = true;
-  }
+  void complete_locked(Status s) { completion->set(std::move(s)); }
   Status first_error;
   size_t planned = 0;    // posts this operation makes in all
   size_t posted = 0;
@@ -293,7 +291,7 @@ struct Endpoint::Impl {
   // Hands `message` (nullopt: the message failed) to the inbox in its
   // sender's order; takes mu_ then inbox_mu_, one after the other.
   void deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message);
-  void push_inbox(std::vector<Message>& ready);
+  void push_inbox(std::span<Message> ready);
   // Moves the messages now in order out of `po` into `ready` (mu_ held).
   void drain_locked(PeerOrder& po, std::vector<Message>& ready);
   void sweep_deadlines();
@@ -326,6 +324,14 @@ struct Endpoint::Impl {
   // Gives op's place back, once (mu_ held): at its finish, or when it ends early.
   void release_large_place_locked(Operation& op);
   void release_slots(size_t n);
+  // One of max_in_flight, if free; gives n back (mu_ held; the caller
+  // notifies slots_cv_ once the lock is let go).
+  bool take_slot_locked() {
+    if (in_flight >= options.max_in_flight) return false;
+    ++in_flight;
+    return true;
+  }
+  void release_slots_locked(size_t n) { in_flight -= std::min(in_flight, n); }
   // Posts one libfabric operation of `op`, retrying on -FI_EAGAIN until the
   // operation's deadline as it stands when the post starts (read under mu_:
   // completions of its earlier posts move it on, on another thread).

@@ -35,7 +35,7 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
     return;
   }
   release_large_place_locked(*op);
-  if (!op->completed_set) {
+  if (!op->fulfilled()) {
     if (op->first_error.ok()) {
       if (op->kind == OpKind::kSend) {
         ++stats.messages_sent;
@@ -90,11 +90,7 @@ void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optio
     }
   }
   if (message) {
-    {
-      std::lock_guard lock(inbox_mu_);
-      inbox.push_back(std::move(*message));
-    }
-    inbox_cv_.notify_all();
+    push_inbox(std::span(&*message, 1));
     return;
   }
   push_inbox(ready);
@@ -112,14 +108,13 @@ void Endpoint::Impl::drain_locked(PeerOrder& po, std::vector<Message>& ready) {
   }
 }
 
-void Endpoint::Impl::push_inbox(std::vector<Message>& ready) {
+void Endpoint::Impl::push_inbox(std::span<Message> ready) {
   if (ready.empty()) return;
   {
     std::lock_guard lock(inbox_mu_);
     for (Message& m : ready) inbox.push_back(std::move(m));
   }
   inbox_cv_.notify_all();
-  ready.clear();
 }
 
 void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int err_code) {
@@ -211,7 +206,7 @@ void Endpoint::Impl::dispatch(PostContext* pc, fi_addr_t src, size_t len, const 
     } else if (!op->cancelled) {
       op->deadline = coarse_now() + options.timeout;
     }
-    in_flight -= std::min<size_t>(in_flight, 1);  // release_slots(1), under this lock
+    release_slots_locked(1);  // under this lock, not one more
   }
   slots_cv_.notify_all();
   deliver(inbound_done);
@@ -292,7 +287,7 @@ bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std:
     op.for_each_context([&](PostContext& pc) { to_cancel.push_back(&pc); });
     return true;
   }
-  if (op.completed_set) return false;
+  if (op.fulfilled()) return false;
   // A send ended here gives its large-message place back now: a peer that
   // never completes it (dead, or replaced under the same rank) must not
   // hold back the sends after it.

@@ -154,7 +154,7 @@ Endpoint::Impl::~Impl() {
   pool_mr.reset();
   std::lock_guard lock(mu_);
   ops.for_each([](Operation& op) {
-    if (!op.completed_set && op.kind != OpKind::kInbound) {
+    if (op.kind != OpKind::kInbound && !op.fulfilled()) {
       op.complete_locked(Status(StatusCode::kClosed, op.describe() + ": endpoint closed"));
     }
   });

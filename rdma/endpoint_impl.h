@@ -15,8 +15,9 @@
 // - `mu_` guards the operation table, the peer maps and the stats; it is
 //   never held across a libfabric post or CQ read, so a dispatch that posts
 //   (a large message's chunk receives) cannot deadlock with a poster.
-//   `inbox_mu_` guards the queue of received messages; the two are never
-//   held together.
+//   `inbox_mu_` guards the queue of received messages. It is taken inside
+//   mu_ (messages enter the inbox in their sender's order) and never the
+//   other way round: receive() holds only inbox_mu_.
 #pragma once
 
 #include <sys/types.h>
@@ -289,9 +290,11 @@ struct Endpoint::Impl {
   void finish_locked(Operation* op, std::vector<Operation*>& inbound_done);
   void deliver(std::vector<Operation*>& inbound_done);
   // Hands `message` (nullopt: the message failed) to the inbox in its
-  // sender's order; takes mu_ then inbox_mu_, one after the other.
+  // sender's order; takes mu_, and inbox_mu_ inside it.
   void deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message);
-  void push_inbox(std::span<Message> ready);
+  // Moves `ready` to the inbox (mu_ held; takes inbox_mu_). True when it
+  // moved any: the caller notifies inbox_cv_ once the locks are let go.
+  bool push_inbox_locked(std::span<Message> ready);
   // Moves the messages now in order out of `po` into `ready` (mu_ held).
   void drain_locked(PeerOrder& po, std::vector<Message>& ready);
   void sweep_deadlines();

@@ -64,7 +64,11 @@ void Endpoint::Impl::deliver(std::vector<Operation*>& inbound_done) {
 
 void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message) {
   std::vector<Message> ready;
+  bool pushed = false;
   {
+    // The inbox push happens under mu_: two threads delivering consecutive
+    // messages of one sender (a progress thread and a polling caller) would
+    // otherwise hand them to the inbox in either order.
     std::lock_guard lock(mu_);
     if (!message) ++stats.inbound_failed;
     PeerOrder& po = order[peer];
@@ -81,19 +85,16 @@ void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optio
       if (!message) return;
       ++stats.messages_received;
       stats.bytes_received += message->data.size();
+      pushed = push_inbox_locked(std::span(&*message, 1));
     } else {
       const bool had_gap = !po.held.empty();
       po.held.emplace(sequence, std::move(message));
       drain_locked(po, ready);
       if (!po.held.empty() && (!had_gap || !ready.empty())) po.gap_since = Clock::now();
-      message.reset();
+      pushed = push_inbox_locked(ready);
     }
   }
-  if (message) {
-    push_inbox(std::span(&*message, 1));
-    return;
-  }
-  push_inbox(ready);
+  if (pushed) inbox_cv_.notify_all();
 }
 
 void Endpoint::Impl::drain_locked(PeerOrder& po, std::vector<Message>& ready) {
@@ -108,13 +109,11 @@ void Endpoint::Impl::drain_locked(PeerOrder& po, std::vector<Message>& ready) {
   }
 }
 
-void Endpoint::Impl::push_inbox(std::span<Message> ready) {
-  if (ready.empty()) return;
-  {
-    std::lock_guard lock(inbox_mu_);
-    for (Message& m : ready) inbox.push_back(std::move(m));
-  }
-  inbox_cv_.notify_all();
+bool Endpoint::Impl::push_inbox_locked(std::span<Message> ready) {
+  if (ready.empty()) return false;
+  std::lock_guard lock(inbox_mu_);
+  for (Message& m : ready) inbox.push_back(std::move(m));
+  return true;
 }
 
 void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int err_code) {
@@ -264,6 +263,7 @@ void Endpoint::Impl::sweep_deadlines() {
   // A message that never came (its sender failed to post it) must not hold
   // back the ones after it forever.
   std::vector<Message> ready;
+  bool pushed = false;
   {
     std::lock_guard lock(mu_);
     for (auto& [peer, po] : order) {
@@ -273,8 +273,9 @@ void Endpoint::Impl::sweep_deadlines() {
       drain_locked(po, ready);
       po.gap_since = now;
     }
+    pushed = push_inbox_locked(ready);  // under mu_, in order (deliver_in_order)
   }
-  push_inbox(ready);
+  if (pushed) inbox_cv_.notify_all();
 }
 
 bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std::string& why,

@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -302,6 +304,61 @@ TEST(Sgd, FirstStepIsProximal) {
   EXPECT_FLOAT_EQ(value[2], -0.7f);
 }
 
+
+// Without L1 and L2 the step takes a shorter path; it must give the bits of
+// the full formula, u = w - lr * (g + l2 * w) in double, shrunk by lr * l1,
+// rounded once to float: zeros of either sign, subnormals, huge and tiny
+// magnitudes, many learning rates. An infinite or NaN value (only a restore
+// puts one there) is not in the paper's formula; the full step turns it into
+// +0 (g' = g + l2 * w is NaN, and the threshold maps NaN to 0), with or
+// without L2, and so must the short path. Both entry points (in place and to a copy).
+TEST(Sgd, WithoutRegularizationGivesTheFullFormulasBits) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> exponent(-140, 30);
+  std::uniform_real_distribution<float> mantissa(-2.0f, 2.0f);
+  auto number = [&] { return std::ldexp(mantissa(rng), exponent(rng)); };
+  const std::vector<float> special_grad = {0.0f, -0.0f, 1e-45f, -1e-45f, 1.17549435e-38f, 1.0f, -1.0f};
+  const std::vector<float>& special_value = special_grad;
+  for (int round = 0; round < 200; ++round) {
+    UpdaterConfig c;
+    c.learning_rate = round == 0 ? 1.0f : std::ldexp(std::fabs(mantissa(rng)) + 0.01f, exponent(rng) / 8);
+    c.validate();
+    constexpr size_t kWidth = 97;  // not a multiple of any vector width
+    std::vector<float> value(kWidth), grad(kWidth);
+    // Every pair of special numbers, then random ones.
+    const size_t n = special_grad.size();
+    for (size_t i = 0; i < kWidth; ++i) {
+      const bool pair = i < special_value.size() * n;
+      value[i] = pair ? special_value[i / n] : number();
+      grad[i] = pair ? special_grad[i % n] : number();
+    }
+    std::vector<float> want(kWidth);
+    for (size_t i = 0; i < kWidth; ++i) {
+      const double w = value[i];
+      const double g = static_cast<double>(grad[i]) + double{c.l2} * w;
+      want[i] = static_cast<float>(shrink(w - double{c.learning_rate} * g, double{c.learning_rate} * c.l1));
+    }
+    std::vector<float> copy = value, state;
+    ASSERT_EQ(apply_update_to_copy(c, copy.data(), state.data(), grad.data(), kWidth), UpdateStatus::kApplied);
+    ASSERT_EQ(apply_update(c, value.data(), nullptr, grad.data(), kWidth), UpdateStatus::kApplied);
+    for (size_t i = 0; i < kWidth; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(value[i]), std::bit_cast<uint32_t>(want[i]))
+          << "round " << round << " coordinate " << i << ": got " << value[i] << " want " << want[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(copy[i]), std::bit_cast<uint32_t>(want[i])) << "round " << round << " coordinate " << i;
+    }
+  }
+  const std::vector<float> non_finite = {std::numeric_limits<float>::infinity(),
+                                         -std::numeric_limits<float>::infinity(),
+                                         std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<float> grad(non_finite.size(), 0.5f);
+  UpdaterConfig plain, with_l2;
+  with_l2.l2 = 1e-20f;
+  for (const UpdaterConfig* c : {&plain, &with_l2}) {
+    std::vector<float> value = non_finite;
+    ASSERT_EQ(apply_update(*c, value.data(), nullptr, grad.data(), value.size()), UpdateStatus::kApplied);
+    for (float v : value) EXPECT_EQ(std::bit_cast<uint32_t>(v), 0u) << "l2 " << c->l2;
+  }
+}
 // ---- configuration ------------------------------------------------------------
 
 TEST(UpdaterConfig, DefaultsAreValidForEveryKind) {

@@ -384,9 +384,10 @@ std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   if (m.options.busy_poll || !m.options.progress_thread) {
     // Drive progress here: no progress thread to wait for, or none worth
-    // the hand-off.
+    // the hand-off. The queue is polled at least once, so that a caller's
+    // loop of receive(0ms) makes progress.
     const auto deadline = Clock::now() + timeout;
-    for (;;) {
+    for (bool polled = false;; polled = true) {
       {
         std::lock_guard lock(m.inbox_mu_);
         if (!m.inbox.empty()) {
@@ -395,7 +396,7 @@ std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
           return msg;
         }
       }
-      if (Clock::now() >= deadline) return std::nullopt;
+      if (polled && Clock::now() >= deadline) return std::nullopt;
       m.caller_poll();
     }
   }

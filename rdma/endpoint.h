@@ -157,6 +157,8 @@ class Endpoint {
   Completion send(PeerId to, uint64_t tag, std::span<const ConstBuffer> pieces);
   Completion send(PeerId to, uint64_t tag, const void* data, size_t size);
   // The next complete message from a known peer, or nullopt after `timeout`.
+  // Without a progress thread, or with busy_poll, it drives progress itself,
+  // at least one poll even with a zero timeout.
   std::optional<Message> receive(std::chrono::milliseconds timeout);
   // The operation's Status, driving progress while waiting where nothing
   // else does (progress_thread off, or busy_poll). With the default progress

@@ -368,6 +368,35 @@ TEST_P(EndpointPerProvider, CallerDrivenProgressWithoutAProgressThread) {
   echo.join();
 }
 
+// A caller's own event loop: receive with a zero timeout, over and over,
+// and nothing else. Each call must poll the queue, or no message ever comes.
+TEST_P(EndpointPerProvider, ReceiveWithZeroTimeoutDrivesProgress) {
+  EndpointOptions o = options_for(GetParam());
+  o.progress_thread = false;
+  auto eps = make_mesh(2, o);
+  constexpr int kRounds = 10;
+  std::thread echo([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      auto m = eps[1]->receive(std::chrono::seconds(20));
+      if (!m) return;
+      auto f = eps[1]->send(0, m->tag, m->data.data(), m->data.size());
+      if (!eps[1]->wait(f).ok()) return;
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    const size_t n = (i % 2) ? 40 * kKiB + i : 10 + i;  // chunked and eager in turn
+    const auto out = pattern(0, i, n);
+    auto f = eps[0]->send(1, i, out.data(), out.size());
+    std::optional<Message> back;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!back && std::chrono::steady_clock::now() < give_up) back = eps[0]->receive(std::chrono::milliseconds(0));
+    ASSERT_TRUE(back) << "round " << i << ": receive(0ms) never delivered the echo";
+    EXPECT_TRUE(eps[0]->wait(f).ok());
+    EXPECT_EQ(first_mismatch(back->data, 0, i, n), -1) << "round " << i;
+  }
+  echo.join();
+}
+
 TEST_P(EndpointPerProvider, EachSendersMessagesArriveInSendOrder) {
   // Large messages are reassembled from chunks while small ones arrive
   // whole: without the per-peer order a small message would overtake.

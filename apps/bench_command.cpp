@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "apps/commands.h"
+#include "apps/flag_checks.h"
 #include "benchmarks/fabric_bench.h"
 #include "benchmarks/kernel_bench.h"
 #include "benchmarks/kv_bench.h"
@@ -22,11 +23,11 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   auto k = std::make_shared<benchmarks::KernelBenchOptions>();
   k->threads = default_threads();
   CLI::App* kc = bench->add_subcommand("kernels", "Sparse gradient, Hogwild, key compaction and metric kernels vs a memory copy");
-  kc->add_option("--threads", k->threads, "Host threads")->check(CLI::PositiveNumber)->capture_default_str();
-  kc->add_option("--rows", k->rows, "Rows of the CSR batch")->check(CLI::PositiveNumber)->capture_default_str();
-  kc->add_option("--nnz", k->nnz_per_row, "Nonzeros per row")->check(CLI::PositiveNumber)->capture_default_str();
-  kc->add_option("--slots", k->slots, "Model slots")->check(CLI::PositiveNumber)->capture_default_str();
-  kc->add_option("--repeats", k->repeats, "Timed repetitions (best is kept)")->check(CLI::PositiveNumber)->capture_default_str();
+  kc->add_option("--threads", k->threads, "Host threads")->check(kPositiveNumber)->capture_default_str();
+  kc->add_option("--rows", k->rows, "Rows of the CSR batch")->check(kPositiveNumber)->capture_default_str();
+  kc->add_option("--nnz", k->nnz_per_row, "Nonzeros per row")->check(kPositiveNumber)->capture_default_str();
+  kc->add_option("--slots", k->slots, "Model slots")->check(kPositiveNumber)->capture_default_str();
+  kc->add_option("--repeats", k->repeats, "Timed repetitions (best is kept)")->check(kPositiveNumber)->capture_default_str();
   kc->add_option("--seed", k->seed, "Seed of the random batch")->capture_default_str();
   kc->add_option("--json", k->json_path, "Also write one JSON object per line to this file");
   kc->callback([k, &ctx] {
@@ -63,17 +64,17 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   fc->add_option("--iterations", f->iterations, "Timed iterations per case and size; 0: clamp(64 MiB / size, 50, 2000)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   fc->add_option("--window", f->window, "Sends or reads in flight in the bandwidth cases")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   fc->add_flag("!--no-verify", f->verify, "Skip the data verification");
   fc->add_flag("!--no-ceiling", f->ceiling, "Skip fi_pingpong");
   fc->add_flag("!--no-busy-poll", f->busy_poll, "Let the endpoints sleep when idle (the default progress) instead of polling like fi_pingpong");
   fc->add_option("--fi-pingpong", f->fi_pingpong, "fi_pingpong executable (looked up on PATH)")->capture_default_str();
   fc->add_option("--timeout-ms", *f_timeout_ms, "Timeout of each operation and each fi_pingpong run")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   fc->add_option("--json", f->json_path, "Also write one JSON object per line to this file");
   fc->callback([f, f_timeout_ms, &ctx] {
@@ -87,8 +88,8 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   kvc->add_option("--provider", kv->providers, "libfabric providers (repeat, or a comma list)")
       ->delimiter(',')
       ->capture_default_str();
-  kvc->add_option("--servers", kv->servers, "Servers (threads of this process)")->check(CLI::PositiveNumber)->capture_default_str();
-  kvc->add_option("--workers", kv->workers, "Workers (threads of this process)")->check(CLI::PositiveNumber)->capture_default_str();
+  kvc->add_option("--servers", kv->servers, "Servers (threads of this process)")->check(kPositiveNumber)->capture_default_str();
+  kvc->add_option("--workers", kv->workers, "Workers (threads of this process)")->check(kPositiveNumber)->capture_default_str();
   kvc->add_option("--apply-threads", kv->apply_threads,
                   "Threads each server applies one large push (or answers one large pull) with; 0: one per hardware "
                   "thread, at most 4")
@@ -97,30 +98,30 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->delimiter(',')
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  kvc->add_option("--sparse-keys", kv->sparse_keys, "Keys per sparse push and pull")->check(CLI::PositiveNumber)->capture_default_str();
+  kvc->add_option("--sparse-keys", kv->sparse_keys, "Keys per sparse push and pull")->check(kPositiveNumber)->capture_default_str();
   kvc->add_option("--window", kv->window, "Dense requests in flight in the *_window cases; 0 or 1 skips them")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
-  kvc->add_option("--seconds", kv->case_seconds, "Timed budget of each case")->check(CLI::NonNegativeNumber)->capture_default_str();
+  kvc->add_option("--seconds", kv->case_seconds, "Timed budget of each case")->check(kNonNegativeNumber)->capture_default_str();
   kvc->add_option("--min-iterations", kv->min_iterations, "Requests per worker and case, at least")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   kvc->add_option("--max-iterations", kv->max_iterations, "Requests per worker and case, at most")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   kvc->add_option("--max-insert-pushes", kv->max_insert_pushes, "Pushes of fresh keys per worker in sparse_push_insert")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   kvc->add_option("--memory-keys", kv->memory_keys, "Keys of the sparse_memory table; 0 skips it")->capture_default_str();
   kvc->add_option("--fabric-iterations", kv->fabric_iterations, "bench fabric's iterations per size; 0: its default")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   kvc->add_flag("!--no-verify", kv->verify, "Skip the verification of pulled values");
   kvc->add_flag("!--no-ceiling", kv->ceiling, "Skip fi_pingpong (the fabric's in-process figures stay)");
   kvc->add_flag("!--no-busy-poll", kv->busy_poll, "Progress threads that sleep when idle instead of polling endpoints");
   kvc->add_option("--fi-pingpong", kv->fi_pingpong, "fi_pingpong executable (looked up on PATH)")->capture_default_str();
   kvc->add_option("--timeout-ms", *kv_timeout_ms, "Timeout of each operation and each fi_pingpong run")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   kvc->add_option("--seed", kv->seed, "Seed of the keys")->capture_default_str();
   kvc->add_option("--json", kv->json_path, "Also write one JSON object per line to this file");
@@ -139,8 +140,8 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   mc->add_option("--examples", mb->examples, "Training examples")->capture_default_str();
   mc->add_option("--test-examples", mb->test_examples, "Held-out examples")->capture_default_str();
   mc->add_option("--epochs", mb->epochs, "Epochs")->capture_default_str();
-  mc->add_option("--servers", mb->servers, "Servers")->check(CLI::PositiveNumber)->capture_default_str();
-  mc->add_option("--workers", mb->workers, "Workers")->check(CLI::PositiveNumber)->capture_default_str();
+  mc->add_option("--servers", mb->servers, "Servers")->check(kPositiveNumber)->capture_default_str();
+  mc->add_option("--workers", mb->workers, "Workers")->check(kPositiveNumber)->capture_default_str();
   mc->add_option("--models", mb->models, "Models")->delimiter(',')->capture_default_str();
   mc->add_option("--consistency", mb->consistency, "Consistency settings of the distributed runs")
       ->delimiter(',')
@@ -168,7 +169,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   sc->add_option("--features", st->features, "Features")->capture_default_str();
   sc->add_option("--nnz", st->nnz, "Nonzeros per example")->capture_default_str();
   sc->add_option("--epochs", st->epochs, "Epochs")->capture_default_str();
-  sc->add_option("--servers", st->servers, "Servers")->check(CLI::PositiveNumber)->capture_default_str();
+  sc->add_option("--servers", st->servers, "Servers")->check(kPositiveNumber)->capture_default_str();
   sc->add_option("--workers", st->workers, "Workers (the last one is the slow one; worker 0 evaluates)")->capture_default_str();
   sc->add_option("--slow-ms", st->slow_ms, "The last worker's sleep after each batch")->capture_default_str();
   sc->add_option("--eval-interval", st->eval_interval, "Seconds between held-out evaluations")->capture_default_str();

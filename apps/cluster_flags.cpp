@@ -1,4 +1,5 @@
 #include "apps/cluster_flags.h"
+#include "apps/flag_checks.h"
 
 #include <fmt/format.h>
 
@@ -31,7 +32,7 @@ void add_cluster_flags(CLI::App* cmd, ClusterFlags& f) {
   cmd->add_option("--node", f.node, "Address the fabric endpoint binds (else $PARAFAB_NODE, default 127.0.0.1)");
   cmd->add_option("--rank", f.role_rank, "This node's index among its role (else $PARAFAB_RANK; default: order of joining)");
   cmd->add_option("--join-timeout", f.join_timeout_s, "Seconds to wait for the whole job to join")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
 }
 
@@ -49,7 +50,7 @@ void add_server_rejoin_flag(CLI::App* cmd, double& seconds, const std::string& m
                   "--rank R, from its checkpoint; the workers send it their unanswered requests again); past it "
                   "the job stops. 0: no rejoin" +
                       more)
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
 }
 
@@ -68,11 +69,11 @@ void CheckpointFlags::validate() const {
 void add_checkpoint_flags(CLI::App* cmd, CheckpointFlags& flags, const std::string& dir_help) {
   cmd->add_option("--checkpoint-dir", flags.dir, dir_help);
   cmd->add_option("--checkpoint-interval", flags.interval_s, "Seconds between the servers' checkpoints (0: not by time)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--checkpoint-clocks", flags.clocks,
                   "Checkpoint whenever the slowest worker's clock has advanced this much (0: not by clocks)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
 }
 

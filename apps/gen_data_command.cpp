@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "apps/flag_checks.h"
 #include "worker/synthetic_criteo.h"
 #include "worker/synthetic_data.h"
 
@@ -112,7 +113,7 @@ void add_gen_data_command(CLI::App& root, CommandContext& ctx) {
                                    "[default: " + fmt::format("{} libsvm, {} criteo]", f->o.zipf_exponent, f->c.zipf_exponent));
   cmd->add_option("--seed", f->o.seed, "Seed: the same seed and options give the same files")->capture_default_str();
   cmd->add_option("--threads", f->o.threads, "Generator threads (the output does not depend on them)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kPositiveNumber)->capture_default_str();
 
   const std::string libsvm = "libsvm options", criteo = "criteo options";
   f->libsvm_only = {

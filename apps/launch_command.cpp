@@ -41,6 +41,7 @@
 
 #include "apps/cluster_flags.h"
 #include "apps/commands.h"
+#include "apps/flag_checks.h"
 #include "apps/job_dir.h"
 #include "benchmarks/child_process.h"
 #include "apps/process_group.h"
@@ -678,7 +679,7 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--timeout", f->timeout_s, "Seconds the whole job may run (0: no limit)")->capture_default_str();
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s,
                   "Seconds of silence before the scheduler declares a node dead")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
   add_server_rejoin_flag(cmd, f->server_rejoin_timeout_s,
@@ -691,7 +692,7 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
                   "Up to N times, when a server or the scheduler dies, start the whole job again from the newest "
                   "complete checkpoint set in --checkpoint-dir (under --hostfile on the same hosts); with "
                   "--server-rejoin-timeout, start only a dead server again, under its rank")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--grace", f->grace_s, "Seconds between SIGTERM and SIGKILL when stopping the job")
       ->capture_default_str();

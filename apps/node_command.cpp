@@ -33,6 +33,7 @@
 
 #include "apps/cluster_flags.h"
 #include "apps/commands.h"
+#include "apps/flag_checks.h"
 #include "apps/role_detection.h"
 #include "apps/table_spec.h"
 #include "ps/consistency.h"
@@ -326,10 +327,10 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--consistency", f->consistency, kConsistencyHelp)->capture_default_str();
   cmd->add_option("--join-timeout", f->join_timeout_s,
                   "Seconds for the scheduler to come up and every node to join")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s, "Seconds of silence before a node is declared dead")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   add_worker_failure_flag(cmd, f->on_worker_failure);
   add_checkpoint_flags(cmd, f->checkpoints,

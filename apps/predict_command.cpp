@@ -6,6 +6,7 @@
 
 #include "apps/commands.h"
 #include "apps/data_loading.h"
+#include "apps/flag_checks.h"
 #include "kernels/memory.h"
 #include "worker/linear_model_file.h"
 #include "worker/local_trainer.h"
@@ -85,7 +86,7 @@ void add_predict_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--format", f->data_flags.format, "Input format: libsvm, criteo or auto")
       ->check(CLI::IsMember({"libsvm", "criteo", "auto"}))->capture_default_str();
   cmd->add_flag("--skip-bad-lines", f->data_flags.skip_bad_lines, "Count and skip malformed lines");
-  cmd->add_option("--threads", f->threads, "Host threads")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--threads", f->threads, "Host threads")->check(kPositiveNumber)->capture_default_str();
   cmd->callback([f, &ctx] { ctx.exit_code = run_guarded("predict", [&] { return run_predict(*f); }); });
 }
 

@@ -6,6 +6,7 @@
 
 #include "apps/cluster_flags.h"
 #include "apps/commands.h"
+#include "apps/flag_checks.h"
 #include "apps/table_spec.h"
 #include "ps/scheduler.h"
 
@@ -72,8 +73,8 @@ void add_scheduler_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--bind", f->bind, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "TCP port (0: any free port; see --port-file)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--port-file", f->port_file, "Write the port chosen to this file once listening");
-  cmd->add_option("--servers", f->servers, "Servers in the job")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--workers", f->workers, "Workers in the job")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--servers", f->servers, "Servers in the job")->check(kPositiveNumber)->capture_default_str();
+  cmd->add_option("--workers", f->workers, "Workers in the job")->check(kPositiveNumber)->capture_default_str();
   cmd->add_option("--token-file", f->token_file, "File holding the job token (else $PARAFAB_TOKEN_FILE)");
   cmd->add_option("--table", f->tables,
                   "A table of the job, e.g. id=0,kind=sparse,width=1,updater=adagrad,lr=0.05 (repeatable)");

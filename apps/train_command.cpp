@@ -20,6 +20,7 @@
 #include "apps/cluster_node.h"
 #include "apps/commands.h"
 #include "apps/data_loading.h"
+#include "apps/flag_checks.h"
 #include "kernels/memory.h"
 #include "ps/checkpoint.h"
 #include "worker/batch_schedule.h"
@@ -332,6 +333,7 @@ int run_distributed_train(TrainFlags flags);
 int run_model_train(const TrainFlags& flags, bool distributed);
 
 int run_train(const TrainFlags& flags) {
+  worker::validate_train_options(flags.opt);  // before reading what may be gigabytes of data
   const bool distributed = !flags.cluster.scheduler.empty() || std::getenv("PARAFAB_SCHEDULER") != nullptr;
   if (flags.ftrl() && flags.model != "lr") {
     throw std::invalid_argument("--optimizer ftrl: for --model lr (FTRL-Proximal is a logistic-regression method)");
@@ -807,8 +809,8 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--format", flags->data.format, "Input format: libsvm, criteo or auto")
       ->check(CLI::IsMember({"libsvm", "criteo", "auto"}))->capture_default_str();
-  cmd->add_option("--epochs", flags->opt.epochs, "Passes over the training data")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--threads", flags->opt.threads, "Host threads (parsing and Hogwild SGD)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--epochs", flags->opt.epochs, "Passes over the training data")->check(kNonNegativeNumber)->capture_default_str();
+  cmd->add_option("--threads", flags->opt.threads, "Host threads (parsing and Hogwild SGD)")->check(kPositiveNumber)->capture_default_str();
   flags->lr_option = cmd->add_option("--lr", flags->opt.lr,
                                      "Step size (AdaGrad base rate with --optimizer adagrad; fm, dnn: of the sparse "
                                      "table; fm's default is 0.02)")
@@ -827,7 +829,7 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   flags->batch_option = cmd->add_option("--batch-size", flags->opt.batch_rows,
                                         "Rows per minibatch (lr/svm in one process: per Hogwild batch); in a job, "
                                         "rows per clock of the whole job, split among its workers (default 256)")
-                            ->check(CLI::PositiveNumber)
+                            ->check(kPositiveNumber)
                             ->capture_default_str();
   cmd->add_option("--hash-bits", flags->hash_bits,
                   "Hash keys into 2^B weights; 0: exact indices when they are below 2^24, else 2^22 hashed")

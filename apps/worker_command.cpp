@@ -10,6 +10,7 @@
 
 #include "apps/cluster_node.h"
 #include "apps/commands.h"
+#include "apps/flag_checks.h"
 #include "ps/key_hash.h"
 #include "worker/kv_client.h"
 
@@ -93,8 +94,8 @@ void add_worker_command(CLI::App& root, CommandContext& ctx) {
       "worker", "Check a cluster end to end: push known gradients from every worker, pull, compare with their sum");
   add_cluster_flags(cmd, f->cluster);
   cmd->add_option("--table", f->table, "Id of a sparse SGD table with lr=1 to check")->capture_default_str();
-  cmd->add_option("--keys", f->keys, "Keys each worker pushes")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--rounds", f->rounds, "Pushes (clocks) per worker")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--keys", f->keys, "Keys each worker pushes")->check(kPositiveNumber)->capture_default_str();
+  cmd->add_option("--rounds", f->rounds, "Pushes (clocks) per worker")->check(kPositiveNumber)->capture_default_str();
   cmd->callback([f, &ctx] { ctx.exit_code = run_guarded("worker", [&] { return run_worker(*f); }); });
 }
 

@@ -74,15 +74,17 @@ struct LocalTrainer::State {
   kernels::DeviceArray<float> g2;
 };
 
+void validate_train_options(const TrainOptions& o) {
+  if (o.epochs < 0) throw std::invalid_argument(fmt::format("--epochs must be >= 0, got {}", o.epochs));
+  if (o.threads < 1) throw std::invalid_argument(fmt::format("--threads must be >= 1, got {}", o.threads));
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw std::invalid_argument(fmt::format("--lr must be a positive number, got {}", o.lr));
+  if (!(o.l2 >= 0) || !std::isfinite(o.l2)) throw std::invalid_argument(fmt::format("--l2 must be >= 0, got {}", o.l2));
+  if (o.batch_rows < 1) throw std::invalid_argument("--batch-size must be >= 1");
+}
+
 LocalTrainer::LocalTrainer(const TrainOptions& options, const SlotMap& map)
     : options_(options), map_(map), state_(std::make_unique<State>()) {
-  if (options_.epochs < 0) throw std::invalid_argument(fmt::format("--epochs must be >= 0, got {}", options_.epochs));
-  if (options_.threads < 1) throw std::invalid_argument(fmt::format("--threads must be >= 1, got {}", options_.threads));
-  if (!(options_.lr > 0) || !std::isfinite(options_.lr))
-    throw std::invalid_argument(fmt::format("--lr must be a positive number, got {}", options_.lr));
-  if (!(options_.l2 >= 0) || !std::isfinite(options_.l2))
-    throw std::invalid_argument(fmt::format("--l2 must be >= 0, got {}", options_.l2));
-  if (options_.batch_rows < 1) throw std::invalid_argument("--batch-size must be >= 1");
+  validate_train_options(options_);
   const std::vector<float> zeros(map_.slots_with_bias(), 0.0f);
   state_->w.upload(zeros);
   if (options_.adagrad) state_->g2.upload(zeros);

@@ -30,6 +30,11 @@ struct TrainOptions {
   double progress_seconds = 1.0;  // 0: no progress callbacks
 };
 
+// Throws std::invalid_argument naming the flag (--epochs, --threads, --lr,
+// --l2, --batch-size) of the first option out of range. LocalTrainer checks
+// its options with it; `parafab train` also calls it before reading any data.
+void validate_train_options(const TrainOptions& options);
+
 struct TrainProgress {
   int epoch = 0;                 // 1-based
   uint64_t examples = 0;         // examples seen this epoch

@@ -88,6 +88,31 @@ TEST_F(Cli, BadFlagsFailWithAMessage) {
   EXPECT_NE(run_cli("no-such-command").status, 0);
 }
 
+// A number out of range is named with its flag in a line a user can read
+// (CLI11's own message printed the largest double in 309 digits), and a bad
+// training option is refused before the data is read: with a malformed first
+// line, the error must be about the flag, not about the file.
+TEST_F(Cli, NumbersOutOfRangeAreNamedBeforeTheDataIsRead) {
+  CmdResult r = run_cli("train --train " + dir_->file("train.svm") + " --threads 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "--threads: 0 is not a positive number")) << r.out;
+  EXPECT_FALSE(contains(r.out, "1797693134862315")) << r.out;
+  r = run_cli("train --train " + dir_->file("train.svm") + " --epochs -1");
+  EXPECT_TRUE(contains(r.out, "--epochs: -1 is not a number >= 0")) << r.out;
+  r = run_cli("bench kv --seconds nan");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "--seconds: nan is not a number")) << r.out;
+
+  const std::string bad = dir_->file("bad_first_line.svm");
+  std::ofstream(bad) << "1 x:1\n1 2:1\n";
+  for (const std::string flags : {"--lr -1", "--lr nan", "--l2 -0.5"}) {
+    r = run_cli("train --train " + bad + " " + flags);
+    EXPECT_EQ(r.status, 2) << flags << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, flags.substr(0, 4))) << flags << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "bad_first_line.svm:1")) << flags << "\n" << r.out;
+  }
+}
+
 TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   const std::string pred = dir_->file("train.pred"), model = dir_->file("m.pfm");
   const CmdResult t = run_cli("train --train " + dir_->file("train.svm") + " --test " + dir_->file("test.svm") +

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <vector>
 
 #include "apps/commands.h"
 #include "kernels/memory.h"
@@ -26,7 +27,16 @@ void add_info_command(CLI::App& root, CommandContext& ctx) {
         q.provider = prov;
         q.node = std::string(prov) == "shm" ? "" : *node;
         try {
-          const auto infos = rdma::query_providers(q);
+          // A provider reports only the capabilities asked for: ask for
+          // FI_RMA first (as an endpoint does), then without it.
+          std::vector<rdma::ProviderInfo> infos;
+          q.need_rma = true;
+          try {
+            infos = rdma::query_providers(q);
+          } catch (const rdma::FabricError&) {
+            q.need_rma = false;
+            infos = rdma::query_providers(q);
+          }
           const auto& p = infos.front();
           std::printf("provider %-14s available: domain %s, max_msg_size %zu, inject_size %zu, rma %s, %s progress\n",
                       prov, p.domain.c_str(), p.max_msg_size, p.inject_size, p.rma ? "yes" : "no",

@@ -88,6 +88,24 @@ TEST_F(Cli, BadFlagsFailWithAMessage) {
   EXPECT_NE(run_cli("no-such-command").status, 0);
 }
 
+// `parafab info` names the providers with their capabilities. Both local
+// providers do one-sided RMA here (tests/rdma/endpoint_rma_test.cpp runs it
+// on both); a provider reports only the capabilities asked for, so info must
+// ask for FI_RMA to see it (it said "rma no" before).
+TEST_F(Cli, InfoReportsTheLocalProvidersWithRma) {
+  const CmdResult r = run_cli("info");
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (const std::string provider : {"tcp;ofi_rxm", "shm"}) {
+    std::istringstream lines(r.out);
+    std::string line, found;
+    while (std::getline(lines, line)) {
+      if (line.rfind("provider " + provider + " ", 0) == 0) found = line;
+    }
+    EXPECT_TRUE(contains(found, "available")) << provider << "\n" << r.out;
+    EXPECT_TRUE(contains(found, "rma yes")) << provider << "\n" << r.out;
+  }
+}
+
 // A number out of range is named with its flag in a line a user can read
 // (CLI11's own message printed the largest double in 309 digits), and a bad
 // training option is refused before the data is read: with a malformed first

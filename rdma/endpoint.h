@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "rdma/byte_buffer.h"
 #include "rdma/completion.h"
 #include "rdma/endpoint_options.h"
 #include "rdma/fabric_info.h"
@@ -55,38 +56,6 @@ struct ConstBuffer {
   const void* data = nullptr;
   size_t size = 0;
 };
-
-// An allocator whose resize() leaves bytes uninitialised: a received
-// message is overwritten by the fabric at once, and zero-filling megabytes
-// first would cost as much as the copy.
-template <typename T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  UninitializedAllocator() = default;
-  template <typename U>
-  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;  // default-, not value-initialised
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-using ByteBuffer = std::vector<std::byte, UninitializedAllocator<std::byte>>;
-
-// A ByteBuffer holding a copy of `bytes`. Use it rather than the iterator
-// constructor or assign(): with an allocator that has its own construct(),
-// those copy byte by byte (measured: 64 KiB took longer than its transfer).
-inline ByteBuffer byte_buffer_of(std::span<const std::byte> bytes) {
-  ByteBuffer b(bytes.size());
-  if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());
-  return b;
-}
 
 struct Message {
   PeerId from = 0;

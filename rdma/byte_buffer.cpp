@@ -1,8 +1,8 @@
 #include "rdma/byte_buffer.h"
 
 #include <array>
+#include <atomic>
 #include <bit>
-#include <mutex>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define PARAFAB_ASAN 1
@@ -19,8 +19,8 @@ namespace parafab::rdma {
 namespace detail {
 namespace {
 
-constexpr int kMinExponent = std::countr_zero(kMinCachedBlock);  // 16
-constexpr int kMaxExponent = std::countr_zero(kMaxCachedBlock);  // 24
+constexpr int kMinExponent = std::countr_zero(kMinCachedBlock);
+constexpr int kMaxExponent = std::countr_zero(kMaxCachedBlock);
 constexpr size_t kClasses = static_cast<size_t>(kMaxExponent - kMinExponent) * 4 + 1;
 
 bool cacheable(size_t bytes) { return bytes >= kMinCachedBlock && bytes <= kMaxCachedBlock; }
@@ -51,21 +51,50 @@ void unpoison(void* p, size_t bytes) {
 #endif
 }
 
-struct BlockCache {
-  std::mutex mu;
+// Process-wide counters (BlockCacheStats), relaxed: figures, not guards.
+struct Counters {
+  std::atomic<uint64_t> reused{0}, allocated{0}, released{0};
+  std::atomic<size_t> cached_bytes{0}, cached_blocks{0};
+};
+Counters g_counters;
+
+// Set when this thread's cache is destroyed (thread exit): blocks freed
+// later by other thread_local destructors go straight to operator delete.
+// Trivially destructible, so it can be read until the thread is gone.
+thread_local bool t_cache_gone = false;
+
+struct ThreadCache {
   struct Class {
     std::array<void*, kBlocksPerClass> blocks{};
     size_t count = 0;
   };
-  std::array<Class, kClasses> classes;
-  BlockCacheStats stats;
+  std::array<Class, kClasses> classes{};
+  size_t cached_bytes = 0;
+
+  ~ThreadCache() {
+    t_cache_gone = true;
+    for (size_t i = 0; i < kClasses; ++i) {
+      Class& k = classes[i];
+      const size_t bytes = class_bytes_of(i);
+      for (size_t j = 0; j < k.count; ++j) {
+        unpoison(k.blocks[j], bytes);
+        ::operator delete(k.blocks[j], bytes);
+      }
+      g_counters.cached_blocks.fetch_sub(k.count, std::memory_order_relaxed);
+      g_counters.cached_bytes.fetch_sub(k.count * bytes, std::memory_order_relaxed);
+    }
+  }
+
+  static size_t class_bytes_of(size_t index) {
+    const int e = kMinExponent + static_cast<int>(index / 4);
+    return (4 + index % 4) << (e - 2);
+  }
 };
 
-// Never destroyed: buffers freed by static destructors after it would
-// otherwise reach a dead cache. The blocks it holds stay reachable.
-BlockCache& cache() {
-  static BlockCache* c = new BlockCache;
-  return *c;
+ThreadCache* thread_cache() {
+  if (t_cache_gone) return nullptr;
+  thread_local ThreadCache cache;
+  return &cache;
 }
 
 }  // namespace
@@ -80,20 +109,19 @@ size_t block_class_bytes(size_t bytes) {
 void* allocate_block(size_t bytes) {
   if (!cacheable(bytes)) return ::operator new(bytes);
   const size_t class_bytes = block_class_bytes(bytes);
-  BlockCache& c = cache();
-  {
-    std::lock_guard lock(c.mu);
-    BlockCache::Class& k = c.classes[class_index(class_bytes)];
+  if (ThreadCache* c = thread_cache(); c != nullptr) {
+    ThreadCache::Class& k = c->classes[class_index(class_bytes)];
     if (k.count > 0) {
       void* p = k.blocks[--k.count];
-      ++c.stats.reused;
-      --c.stats.cached_blocks;
-      c.stats.cached_bytes -= class_bytes;
+      c->cached_bytes -= class_bytes;
+      g_counters.reused.fetch_add(1, std::memory_order_relaxed);
+      g_counters.cached_blocks.fetch_sub(1, std::memory_order_relaxed);
+      g_counters.cached_bytes.fetch_sub(class_bytes, std::memory_order_relaxed);
       unpoison(p, class_bytes);
       return p;
     }
-    ++c.stats.allocated;
   }
+  g_counters.allocated.fetch_add(1, std::memory_order_relaxed);
   return ::operator new(class_bytes);
 }
 
@@ -104,28 +132,32 @@ void deallocate_block(void* p, size_t bytes) noexcept {
     return;
   }
   const size_t class_bytes = block_class_bytes(bytes);
-  BlockCache& c = cache();
-  {
-    std::lock_guard lock(c.mu);
-    BlockCache::Class& k = c.classes[class_index(class_bytes)];
-    if (k.count < kBlocksPerClass && c.stats.cached_bytes + class_bytes <= kMaxCachedBytes) {
+  if (ThreadCache* c = thread_cache(); c != nullptr) {
+    ThreadCache::Class& k = c->classes[class_index(class_bytes)];
+    if (k.count < kBlocksPerClass && c->cached_bytes + class_bytes <= kMaxCachedBytes) {
       poison(p, class_bytes);
       k.blocks[k.count++] = p;
-      ++c.stats.cached_blocks;
-      c.stats.cached_bytes += class_bytes;
+      c->cached_bytes += class_bytes;
+      g_counters.cached_blocks.fetch_add(1, std::memory_order_relaxed);
+      g_counters.cached_bytes.fetch_add(class_bytes, std::memory_order_relaxed);
       return;
     }
-    ++c.stats.released;
   }
+  g_counters.released.fetch_add(1, std::memory_order_relaxed);
   ::operator delete(p, class_bytes);
 }
 
 }  // namespace detail
 
 BlockCacheStats block_cache_stats() {
-  detail::BlockCache& c = detail::cache();
-  std::lock_guard lock(c.mu);
-  return c.stats;
+  const detail::Counters& c = detail::g_counters;
+  BlockCacheStats s;
+  s.reused = c.reused.load(std::memory_order_relaxed);
+  s.allocated = c.allocated.load(std::memory_order_relaxed);
+  s.released = c.released.load(std::memory_order_relaxed);
+  s.cached_bytes = c.cached_bytes.load(std::memory_order_relaxed);
+  s.cached_blocks = c.cached_blocks.load(std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace parafab::rdma

@@ -1,7 +1,8 @@
-// ByteBuffer's block cache: a freed large block serves the next request of
-// its class, small and huge ones bypass it, the cache stays within its
-// bounds, and buffers keep their bytes under concurrent use (this suite runs
-// under ASan, which also checks the poisoning, and TSan in CI).
+// ByteBuffer's block cache: a freed large block serves the thread's next
+// request of its class, small and huge ones bypass it, the cache stays
+// within its bounds and is emptied when its thread ends, and buffers keep
+// their bytes under concurrent use, freed on other threads too (this suite
+// runs under ASan, which also checks the poisoning, and TSan in CI).
 #include "rdma/byte_buffer.h"
 
 #include <gtest/gtest.h>
@@ -65,7 +66,8 @@ TEST(ByteBuffer, SmallAndHugeBuffersBypassTheCache) {
 
 TEST(ByteBuffer, TheCacheStaysWithinItsBounds) {
   // Ten blocks of each of several classes freed at once: at most
-  // kBlocksPerClass of a class and kMaxCachedBytes in all are kept.
+  // kBlocksPerClass of a class and kMaxCachedBytes in all are kept (this
+  // thread is the only one caching).
   std::vector<ByteBuffer> live;
   for (size_t mib : {1, 3, 6, 12, 16}) {
     for (int i = 0; i < 10; ++i) live.emplace_back(mib << 20);
@@ -78,6 +80,26 @@ TEST(ByteBuffer, TheCacheStaysWithinItsBounds) {
   EXPECT_GT(after.released, before.released);
   // What was not kept was freed: every one of the 50 is either.
   EXPECT_EQ((after.cached_blocks - before.cached_blocks) + (after.released - before.released), 50u);
+}
+
+TEST(ByteBuffer, AThreadsCachedBlocksAreFreedWhenItEnds) {
+  const BlockCacheStats before = block_cache_stats();
+  ByteBuffer handed_over;
+  std::thread t([&] {
+    { ByteBuffer mine(size_t{3} << 20); }  // cached by t
+    handed_over = ByteBuffer(size_t{5} << 20);
+    EXPECT_EQ(block_cache_stats().cached_blocks, before.cached_blocks + 1);
+  });
+  t.join();
+  EXPECT_EQ(block_cache_stats().cached_blocks, before.cached_blocks);
+  EXPECT_EQ(block_cache_stats().cached_bytes, before.cached_bytes);
+  // A block allocated on t and freed on u joins u's cache, until u ends.
+  std::thread u([&] {
+    handed_over = ByteBuffer();
+    EXPECT_EQ(block_cache_stats().cached_blocks, before.cached_blocks + 1);
+  });
+  u.join();
+  EXPECT_EQ(block_cache_stats().cached_blocks, before.cached_blocks);
 }
 
 TEST(ByteBuffer, BuffersKeepTheirBytesUnderConcurrentUse) {
@@ -106,6 +128,22 @@ TEST(ByteBuffer, BuffersKeepTheirBytesUnderConcurrentUse) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  // Buffers made on one thread and freed on another, while both run.
+  std::vector<ByteBuffer> made(200);
+  std::thread maker([&] {
+    for (size_t i = 0; i < made.size(); ++i) {
+      made[i] = ByteBuffer(kMinCachedBlock + i * 4096);
+      std::memset(made[i].data(), static_cast<int>(i % 251), made[i].size());
+    }
+  });
+  maker.join();
+  std::thread checker([&] {
+    for (size_t i = 0; i < made.size(); ++i) {
+      EXPECT_EQ(made[i][made[i].size() - 1], static_cast<std::byte>(i % 251)) << i;
+      made[i] = ByteBuffer();
+    }
+  });
+  checker.join();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -36,6 +37,12 @@ struct SchedulerClient::Impl {
   std::thread thread;
   asio::steady_timer heartbeat_timer{io};
   asio::steady_timer connect_timer{io};
+  asio::steady_timer retry_timer{io};
+  // Connecting: refused connections are tried again until this deadline
+  // (join() + connect_timeout), every retry_delay (doubling up to 1 s).
+  std::chrono::steady_clock::time_point connect_deadline;
+  std::chrono::milliseconds retry_delay{50};
+  std::atomic<uint32_t> connect_attempts{0};
 
   enum class Phase { kNew, kConnecting, kAuthenticating, kAwaitMap, kJoined, kShutdown, kFailed };
 
@@ -67,6 +74,7 @@ struct SchedulerClient::Impl {
       asio::post(io, [this] {
         heartbeat_timer.cancel();
         connect_timer.cancel();
+        retry_timer.cancel();
         io.stop();
       });
       guard.reset();
@@ -91,20 +99,39 @@ struct SchedulerClient::Impl {
     if (ch) ch->close();
   }
 
+  // A node may start before its scheduler listens (srun starts every task
+  // at once): a refused connection is tried again until connect_deadline.
   void start_connect(const tcp::resolver::results_type& endpoints) {
     auto socket = std::make_shared<tcp::socket>(io);
-    connect_timer.expires_after(opt.connect_timeout);
+    ++connect_attempts;
+    connect_timer.expires_at(connect_deadline);
     connect_timer.async_wait([socket](boost::system::error_code ec) {
       if (!ec) {
         boost::system::error_code ignored;
         socket->close(ignored);
       }
     });
-    asio::async_connect(*socket, endpoints, [this, socket](boost::system::error_code ec, const tcp::endpoint&) {
+    asio::async_connect(*socket, endpoints, [this, socket, endpoints](boost::system::error_code ec,
+                                                                      const tcp::endpoint&) {
       const bool timed_out = connect_timer.cancel() == 0;
       if (ec) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!timed_out && ec == asio::error::connection_refused && now + retry_delay < connect_deadline) {
+          {
+            std::lock_guard lock(mu);
+            if (terminal()) return;
+          }
+          retry_timer.expires_after(retry_delay);
+          retry_delay = std::min<std::chrono::milliseconds>(2 * retry_delay, std::chrono::seconds(1));
+          retry_timer.async_wait([this, endpoints](boost::system::error_code wait_ec) {
+            if (!wait_ec) start_connect(endpoints);
+          });
+          return;
+        }
+        const uint32_t tries = connect_attempts.load();
         fail("cannot connect to scheduler at " + address + ": " +
-             (timed_out ? "no connection within " + ms(opt.connect_timeout) : ec.message()));
+             (timed_out ? "no connection within " + ms(opt.connect_timeout) : ec.message()) +
+             (tries > 1 ? " (" + std::to_string(tries) + " tries within " + ms(opt.connect_timeout) + ")" : ""));
         return;
       }
       auto ch = std::make_shared<ControlChannel>(std::move(*socket), opt.max_frame_bytes);
@@ -356,6 +383,7 @@ const ClusterMap& SchedulerClient::join(std::chrono::milliseconds timeout) {
   if (ec) {
     throw std::runtime_error("cannot resolve scheduler address " + c.address + ": " + ec.message());
   }
+  c.connect_deadline = std::chrono::steady_clock::now() + c.opt.connect_timeout;
   c.guard.emplace(c.io.get_executor());
   c.thread = std::thread([&c] { c.io.run(); });
   asio::post(c.io, [&c, endpoints] { c.start_connect(endpoints); });
@@ -376,6 +404,8 @@ const ClusterMap& SchedulerClient::join(std::chrono::milliseconds timeout) {
                           : "";
   throw std::runtime_error("no cluster map from scheduler at " + c.address + " within " + ms(timeout) + where);
 }
+
+uint32_t SchedulerClient::connect_attempts() const { return impl_->connect_attempts.load(); }
 
 const ClusterMap& SchedulerClient::cluster_map() const {
   std::lock_guard lock(impl_->mu);

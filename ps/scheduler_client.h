@@ -56,6 +56,9 @@ struct SchedulerClientOptions {
   // 0 disables heartbeats (a test seam: the scheduler then declares the
   // node dead after its heartbeat_timeout).
   std::chrono::milliseconds heartbeat_interval{1000};
+  // The connection must be made within this time of join(). A refused one
+  // (the scheduler not listening yet: srun starts every task at once) is
+  // tried again every 50 ms, doubling up to 1 s, until then.
   std::chrono::milliseconds connect_timeout{10000};
   size_t max_frame_bytes = 64u << 20;
   // Called on the client's thread for every node declared dead.
@@ -81,6 +84,8 @@ class SchedulerClient {
   // Call once.
   const ClusterMap& join(std::chrono::milliseconds timeout);
   const ClusterMap& cluster_map() const;  // after join
+  // Connections tried so far (more than one when the first were refused).
+  uint32_t connect_attempts() const;
   uint32_t rank() const;                  // after join
   uint32_t role_rank() const;
   uint64_t job_id() const;

@@ -703,13 +703,43 @@ TEST(SchedulerTest, ConnectFailureNamesTheSchedulerAddress) {
     Scheduler gone(scheduler_options(1, 1, "tok"));
     port = gone.port();
   }  // closed: nobody listens there now
-  SchedulerClient c(client_options(port, "tok", Role::kWorker, 0, 1));
+  SchedulerClientOptions o = client_options(port, "tok", Role::kWorker, 0, 1);
+  o.connect_timeout = 500ms;
+  SchedulerClient c(o);
   try {
     c.join(kWait);
     FAIL() << "joined a scheduler that is not there";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tries within 500 ms"), std::string::npos) << e.what();
   }
+  EXPECT_GT(c.connect_attempts(), 1u);  // refused, then tried again until the deadline
+}
+
+// A node started before its scheduler (as srun starts every task at once)
+// keeps trying the refused connection and joins once the scheduler listens.
+TEST(SchedulerTest, ANodeStartedBeforeItsSchedulerJoinsOnceItListens) {
+  uint16_t port = 0;
+  {
+    Scheduler gone(scheduler_options(1, 1, "tok"));
+    port = gone.port();
+  }  // closed: nobody listens there yet
+  SchedulerClientOptions o = client_options(port, "tok", Role::kWorker, 0, 1);
+  o.connect_timeout = kWait;
+  SchedulerClient worker(o);
+  auto joined = std::async(std::launch::async, [&] { return worker.join(kWait).num_workers(); });
+  // Start the scheduler only after a connection was refused.
+  const auto give_up = std::chrono::steady_clock::now() + kWait;
+  while (worker.connect_attempts() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  ASSERT_GE(worker.connect_attempts(), 2u);
+  SchedulerOptions so = scheduler_options(1, 1, "tok");
+  so.port = port;
+  RunningScheduler sched(so);
+  SchedulerClient server(client_options(sched->port(), "tok", Role::kServer, 0, 2));
+  auto server_joined = std::async(std::launch::async, [&] { return server.join(kWait).num_servers(); });
+  ASSERT_EQ(joined.wait_for(kWait), std::future_status::ready);
+  EXPECT_EQ(joined.get(), 1u);
+  EXPECT_EQ(server_joined.get(), 1u);
 }
 
 }  // namespace

@@ -78,7 +78,7 @@ struct ThreadCache {
       const size_t bytes = class_bytes_of(i);
       for (size_t j = 0; j < k.count; ++j) {
         unpoison(k.blocks[j], bytes);
-        ::operator delete(k.blocks[j], bytes);
+        ::operator delete(k.blocks[j]);
       }
       g_counters.cached_blocks.fetch_sub(k.count, std::memory_order_relaxed);
       g_counters.cached_bytes.fetch_sub(k.count * bytes, std::memory_order_relaxed);
@@ -128,7 +128,7 @@ void* allocate_block(size_t bytes) {
 void deallocate_block(void* p, size_t bytes) noexcept {
   if (p == nullptr) return;
   if (!cacheable(bytes)) {
-    ::operator delete(p, bytes);
+    ::operator delete(p);
     return;
   }
   const size_t class_bytes = block_class_bytes(bytes);
@@ -144,7 +144,7 @@ void deallocate_block(void* p, size_t bytes) noexcept {
     }
   }
   g_counters.released.fetch_add(1, std::memory_order_relaxed);
-  ::operator delete(p, class_bytes);
+  ::operator delete(p);
 }
 
 }  // namespace detail

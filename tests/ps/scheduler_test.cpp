@@ -697,12 +697,14 @@ TEST(SchedulerTest, StopBroadcastsShutdown) {
   sched.finish();
 }
 
+// The port of a scheduler that was opened and closed again.
+uint16_t a_port_nobody_listens_on() {
+  Scheduler gone(scheduler_options(1, 1, "tok"));
+  return gone.port();
+}
+
 TEST(SchedulerTest, ConnectFailureNamesTheSchedulerAddress) {
-  uint16_t port = 0;
-  {
-    Scheduler gone(scheduler_options(1, 1, "tok"));
-    port = gone.port();
-  }  // closed: nobody listens there now
+  const uint16_t port = a_port_nobody_listens_on();
   SchedulerClientOptions o = client_options(port, "tok", Role::kWorker, 0, 1);
   o.connect_timeout = 500ms;
   SchedulerClient c(o);
@@ -719,11 +721,7 @@ TEST(SchedulerTest, ConnectFailureNamesTheSchedulerAddress) {
 // A node started before its scheduler (as srun starts every task at once)
 // keeps trying the refused connection and joins once the scheduler listens.
 TEST(SchedulerTest, ANodeStartedBeforeItsSchedulerJoinsOnceItListens) {
-  uint16_t port = 0;
-  {
-    Scheduler gone(scheduler_options(1, 1, "tok"));
-    port = gone.port();
-  }  // closed: nobody listens there yet
+  const uint16_t port = a_port_nobody_listens_on();
   SchedulerClientOptions o = client_options(port, "tok", Role::kWorker, 0, 1);
   o.connect_timeout = kWait;
   SchedulerClient worker(o);

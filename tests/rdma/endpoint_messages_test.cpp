@@ -338,22 +338,27 @@ TEST_P(EndpointPerProvider, ALargeSendWaitingForAPlaceEndsWhenThePeerIsMarkedFai
   EXPECT_EQ(first.get().code(), StatusCode::kPeerError);
 }
 
+// B sends `rounds` messages back to rank 0 as they come, from a thread of
+// its own, driving its endpoint through receive and wait.
+std::thread echo_to_rank_0(Endpoint& b, int rounds) {
+  return std::thread([&b, rounds] {
+    for (int i = 0; i < rounds; ++i) {
+      auto m = b.receive(std::chrono::seconds(20));
+      if (!m) return;
+      auto f = b.send(0, m->tag, m->data.data(), m->data.size());
+      if (!b.wait(f).ok()) return;
+    }
+  });
+}
+
 TEST_P(EndpointPerProvider, CallerDrivenProgressWithoutAProgressThread) {
   EndpointOptions o = options_for(GetParam());
   o.progress_thread = false;
   o.busy_poll = true;
   o.max_message_bytes = 32 * kKiB;
   auto eps = make_mesh(2, o);
-  // B echoes from its own thread, driving its endpoint through receive/wait.
   constexpr int kRounds = 20;
-  std::thread echo([&] {
-    for (int i = 0; i < kRounds; ++i) {
-      auto m = eps[1]->receive(std::chrono::seconds(20));
-      if (!m) return;
-      auto f = eps[1]->send(0, m->tag, m->data.data(), m->data.size());
-      if (!eps[1]->wait(f).ok()) return;
-    }
-  });
+  std::thread echo = echo_to_rank_0(*eps[1], kRounds);
   for (int i = 0; i < kRounds; ++i) {
     const size_t n = (i % 2) ? 100 * kKiB + i : 10 + i;  // chunked and eager in turn
     const auto out = pattern(0, i, n);
@@ -375,14 +380,7 @@ TEST_P(EndpointPerProvider, ReceiveWithZeroTimeoutDrivesProgress) {
   o.progress_thread = false;
   auto eps = make_mesh(2, o);
   constexpr int kRounds = 10;
-  std::thread echo([&] {
-    for (int i = 0; i < kRounds; ++i) {
-      auto m = eps[1]->receive(std::chrono::seconds(20));
-      if (!m) return;
-      auto f = eps[1]->send(0, m->tag, m->data.data(), m->data.size());
-      if (!eps[1]->wait(f).ok()) return;
-    }
-  });
+  std::thread echo = echo_to_rank_0(*eps[1], kRounds);
   for (int i = 0; i < kRounds; ++i) {
     const size_t n = (i % 2) ? 40 * kKiB + i : 10 + i;  // chunked and eager in turn
     const auto out = pattern(0, i, n);

@@ -1,5 +1,5 @@
 // Checks of numeric flags whose refusals read at a glance. CLI11's own
-// kPositiveNumber and kNonNegativeNumber refuse 0 with "Value 0 not
+// CLI::PositiveNumber and CLI::NonNegativeNumber refuse 0 with "Value 0 not
 // in range 0.000000 to 1797693134862315708145274237317043567980...", the
 // largest double written out in 309 digits, and let "nan" through; these say
 // "--threads: 0 is not a positive number" (CLI11 puts the flag in front).

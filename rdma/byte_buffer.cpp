@@ -4,16 +4,7 @@
 #include <atomic>
 #include <bit>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define PARAFAB_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PARAFAB_ASAN 1
-#endif
-#endif
-#if defined(PARAFAB_ASAN)
 #include <sanitizer/asan_interface.h>
-#endif
 
 namespace parafab::rdma {
 namespace detail {
@@ -34,21 +25,11 @@ size_t class_index(size_t class_bytes) {
 }
 
 void poison(void* p, size_t bytes) {
-#if defined(PARAFAB_ASAN)
-  ASAN_POISON_MEMORY_REGION(p, bytes);
-#else
-  (void)p;
-  (void)bytes;
-#endif
+  if constexpr (kAddressSanitizer) __asan_poison_memory_region(p, bytes);
 }
 
 void unpoison(void* p, size_t bytes) {
-#if defined(PARAFAB_ASAN)
-  ASAN_UNPOISON_MEMORY_REGION(p, bytes);
-#else
-  (void)p;
-  (void)bytes;
-#endif
+  if constexpr (kAddressSanitizer) __asan_unpoison_memory_region(p, bytes);
 }
 
 // Process-wide counters (BlockCacheStats), relaxed: figures, not guards.

@@ -41,6 +41,16 @@ namespace parafab::rdma {
 
 namespace detail {
 
+// Whether this build has AddressSanitizer (GCC defines __SANITIZE_ADDRESS__;
+// clang 14 only answers __has_feature): cached blocks are poisoned then.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+inline constexpr bool kAddressSanitizer = __has_feature(address_sanitizer);
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // Blocks smaller than this, or larger than kMaxCachedBlock, go straight to
 // operator new and delete.
 inline constexpr size_t kMinCachedBlock = size_t{128} << 10;

@@ -29,7 +29,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   kc->add_option("--slots", k->slots, "Model slots")->check(kPositiveNumber)->capture_default_str();
   kc->add_option("--repeats", k->repeats, "Timed repetitions (best is kept)")->check(kPositiveNumber)->capture_default_str();
   kc->add_option("--seed", k->seed, "Seed of the random batch")->capture_default_str();
-  kc->add_option("--json", k->json_path, "Also write one JSON object per line to this file");
+  kc->add_option("--json", k->json_path, "Also write one JSON object per line to this file")->check(kWritableFile);
   kc->callback([k, &ctx] {
     ctx.exit_code = run_guarded("bench kernels", [&] { return benchmarks::run_kernel_bench(*k, std::cout); });
   });
@@ -47,7 +47,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   tc->add_flag("!--no-liblinear", t->liblinear, "Skip the liblinear reference");
   tc->add_flag("!--no-vw", t->vw, "Skip the Vowpal Wabbit reference");
   tc->add_option("--seed", t->seed, "Seed of the data set")->capture_default_str();
-  tc->add_option("--json", t->json_path, "Also write one JSON object per line to this file");
+  tc->add_option("--json", t->json_path, "Also write one JSON object per line to this file")->check(kWritableFile);
   tc->callback([t, &ctx] {
     ctx.exit_code = run_guarded("bench train", [&] { return benchmarks::run_train_bench(*t, std::cout); });
   });
@@ -76,7 +76,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   fc->add_option("--timeout-ms", *f_timeout_ms, "Timeout of each operation and each fi_pingpong run")
       ->check(kPositiveNumber)
       ->capture_default_str();
-  fc->add_option("--json", f->json_path, "Also write one JSON object per line to this file");
+  fc->add_option("--json", f->json_path, "Also write one JSON object per line to this file")->check(kWritableFile);
   fc->callback([f, f_timeout_ms, &ctx] {
     f->timeout = std::chrono::milliseconds(*f_timeout_ms);
     ctx.exit_code = run_guarded("bench fabric", [&] { return benchmarks::run_fabric_bench(*f, std::cout); });
@@ -124,7 +124,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->check(kPositiveNumber)
       ->capture_default_str();
   kvc->add_option("--seed", kv->seed, "Seed of the keys")->capture_default_str();
-  kvc->add_option("--json", kv->json_path, "Also write one JSON object per line to this file");
+  kvc->add_option("--json", kv->json_path, "Also write one JSON object per line to this file")->check(kWritableFile);
   kvc->callback([kv, kv_timeout_ms, &ctx] {
     kv->timeout = std::chrono::milliseconds(*kv_timeout_ms);
     ctx.exit_code = run_guarded("bench kv", [&] { return benchmarks::run_kv_bench(*kv, std::cout); });
@@ -154,7 +154,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
                  "too: one process's loss itself moves with the order")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
-  mc->add_option("--json", mb->json_path, "Also write one JSON object per line to this file");
+  mc->add_option("--json", mb->json_path, "Also write one JSON object per line to this file")->check(kWritableFile);
   mc->callback([mb, &ctx] {
     ctx.exit_code = run_guarded("bench models", [&] { return benchmarks::run_models_bench(*mb, std::cout); });
   });
@@ -176,7 +176,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   sc->add_option("--model-flags", st->model_flags, "parafab train flags of the model")->capture_default_str();
   sc->add_option("--out-dir", st->out_dir, "Where the data, metrics, CSV and PNG go")->capture_default_str();
   sc->add_option("--seed", st->seed, "Seed of the data set")->capture_default_str();
-  sc->add_option("--json", st->json_path, "Also write one JSON object per line to this file");
+  sc->add_option("--json", st->json_path, "Also write one JSON object per line to this file")->check(kWritableFile);
   sc->callback([st, &ctx] {
     ctx.exit_code = run_guarded("bench staleness", [&] { return benchmarks::run_staleness_bench(*st, std::cout); });
   });

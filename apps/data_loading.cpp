@@ -59,4 +59,14 @@ worker::Dataset load_data(const std::string& role, const std::string& path, cons
   return d;
 }
 
+worker::Dataset load_training_data(const std::string& path, const DataFlags& flags, int threads,
+                                   const std::string& cache_path, int classes) {
+  worker::Dataset d = load_data("train", path, flags, threads, cache_path, classes);
+  if (d.rows() == 0) {
+    throw std::runtime_error(fmt::format("{}: no examples to train on{}", path,
+                                         flags.skip_bad_lines ? " (every line was empty, a comment or skipped)" : ""));
+  }
+  return d;
+}
+
 }  // namespace parafab::apps

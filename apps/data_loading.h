@@ -24,6 +24,14 @@ worker::Dataset load_data(const std::string& role, const std::string& path, cons
                           int threads, const std::string& cache_path, int classes = 2, uint32_t part = 0,
                           uint32_t parts = 1);
 
+// load_data of a whole training file ("train"), which must hold at least
+// one example: throws std::runtime_error naming the file when it holds none
+// (empty, comments only, or every line skipped), rather than training on
+// nothing and reporting metrics of no examples. (A worker's part of a file
+// may be empty; it is read with load_data.)
+worker::Dataset load_training_data(const std::string& path, const DataFlags& flags, int threads,
+                                   const std::string& cache_path, int classes = 2);
+
 // Writes one probability per line ("%.7g"), in order. Throws
 // std::runtime_error naming the path on I/O errors.
 void write_probabilities(const std::string& path, const std::vector<float>& probabilities);

@@ -1,4 +1,7 @@
-// Checks of numeric flags whose refusals read at a glance. CLI11's own
+// Checks of flags whose refusals read at a glance, made when the flags are
+// parsed, before any work.
+//
+// Numbers. CLI11's own
 // CLI::PositiveNumber and CLI::NonNegativeNumber refuse 0 with "Value 0 not
 // in range 0.000000 to 1797693134862315708145274237317043567980...", the
 // largest double written out in 309 digits, and let "nan" through; these say
@@ -7,11 +10,23 @@
 //   cmd->add_option("--threads", n, "Host threads")->check(apps::kPositiveNumber);
 //
 // The names in --help stay CLI11's: POSITIVE and NONNEGATIVE.
+//
+// Output files. A file written at the end of a run (a model, predictions,
+// a benchmark's JSON) into a directory that does not exist, or cannot be
+// written, used to fail after the training or the benchmark had run; this
+// check refuses it up front: "--save-model: /no/such/m.pfm: directory
+// /no/such does not exist".
+//
+//   cmd->add_option("--save-model", path, "...")->check(apps::kWritableFile);
 #pragma once
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace parafab::apps {
 
@@ -28,9 +43,26 @@ inline CLI::Validator number_check(bool zero_allowed, const char* help_name, con
       help_name);
 }
 
+// Why a file cannot be created (or replaced) at path, or "" when it can
+// be: its directory must exist and be writable, and path must not be a
+// directory itself.
+inline std::string output_file_problem(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return "an empty path";
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return path + " is a directory";
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::exists(dir, ec)) return path + ": directory " + dir.string() + " does not exist";
+  if (!fs::is_directory(dir, ec)) return path + ": " + dir.string() + " is not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return path + ": directory " + dir.string() + " is not writable";
+  return {};
+}
+
 }  // namespace detail
 
 inline const CLI::Validator kPositiveNumber = detail::number_check(false, "POSITIVE", "a positive number");
 inline const CLI::Validator kNonNegativeNumber = detail::number_check(true, "NONNEGATIVE", "a number >= 0");
+inline const CLI::Validator kWritableFile(detail::output_file_problem, "FILE");
 
 }  // namespace parafab::apps

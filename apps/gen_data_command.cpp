@@ -100,12 +100,13 @@ void add_gen_data_command(CLI::App& root, CommandContext& ctx) {
       "cannot fit. Criteo prints the planted model's log loss on what it wrote: the floor for any learner");
   cmd->add_option("--format", f->format, "libsvm or criteo")
       ->check(CLI::IsMember({"libsvm", "criteo"}))->capture_default_str();
-  cmd->add_option("--out", f->out, "Training examples")->required();
-  cmd->add_option("--test-out", f->test_out, "Held-out examples from the same planted model");
+  cmd->add_option("--out", f->out, "Training examples")->required()->check(kWritableFile);
+  cmd->add_option("--test-out", f->test_out, "Held-out examples from the same planted model")->check(kWritableFile);
   cmd->add_option("--weights-out", f->weights_out,
                   "The planted model as text. libsvm: 'bias B', then 'index weight' lines (train --planted reads "
                   "it). criteo: '#' comments, then bias, crosses, integer terms, vocabularies and one 'value' line "
-                  "per column value with its weight and latent vector (train --planted does not read it)");
+                  "per column value with its weight and latent vector (train --planted does not read it)")
+      ->check(kWritableFile);
   cmd->add_option("--examples", f->o.examples, "Training examples")->capture_default_str();
   cmd->add_option("--test-examples", f->o.test_examples, "Held-out examples (with --test-out)")->capture_default_str();
   f->zipf_option = cmd->add_option("--zipf", f->zipf,

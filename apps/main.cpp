@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "apps/commands.h"
 #include "parafab/config.h"
@@ -45,6 +46,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // No command (or no bench case) given: its list of them, as git does,
+    // rather than only "A subcommand is required".
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      const CLI::App* bare = app.get_subcommands().empty() ? &app : nullptr;
+      for (const CLI::App* sub : app.get_subcommands()) {
+        if (sub->get_require_subcommand_min() > 0 && sub->get_subcommands().empty()) bare = sub;
+      }
+      if (bare != nullptr) {
+        std::cerr << bare->help() << "\n";
+        const std::string name = bare == &app ? "parafab" : "parafab " + bare->get_name();
+        std::fprintf(stderr, "%s: give one of the subcommands above\n", name.c_str());
+        return 2;
+      }
+    }
     return app.exit(e);
   }
   return ctx.exit_code;

@@ -82,7 +82,7 @@ void add_predict_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--model", f->model, "Model file from train --save-model")->required()->check(CLI::ExistingFile);
   cmd->add_option("--data", f->data, "Examples to predict (libsvm or Criteo TSV; labels are read for the metrics)")
       ->required()->check(CLI::ExistingFile);
-  cmd->add_option("--out", f->out, "Output: one probability per line, in input order")->required();
+  cmd->add_option("--out", f->out, "Output: one probability per line, in input order")->required()->check(kWritableFile);
   cmd->add_option("--format", f->data_flags.format, "Input format: libsvm, criteo or auto")
       ->check(CLI::IsMember({"libsvm", "criteo", "auto"}))->capture_default_str();
   cmd->add_flag("--skip-bad-lines", f->data_flags.skip_bad_lines, "Count and skip malformed lines");

@@ -72,7 +72,7 @@ void add_scheduler_command(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand("scheduler", "Run the scheduler of a job: rendezvous, cluster map, barriers, heartbeats");
   cmd->add_option("--bind", f->bind, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "TCP port (0: any free port; see --port-file)")->check(CLI::Range(0, 65535))->capture_default_str();
-  cmd->add_option("--port-file", f->port_file, "Write the port chosen to this file once listening");
+  cmd->add_option("--port-file", f->port_file, "Write the port chosen to this file once listening")->check(kWritableFile);
   cmd->add_option("--servers", f->servers, "Servers in the job")->check(kPositiveNumber)->capture_default_str();
   cmd->add_option("--workers", f->workers, "Workers in the job")->check(kPositiveNumber)->capture_default_str();
   cmd->add_option("--token-file", f->token_file, "File holding the job token (else $PARAFAB_TOKEN_FILE)");

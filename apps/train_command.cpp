@@ -293,9 +293,10 @@ std::function<void(const worker::TrainProgress&)> progress_printer(const TrainFl
 }
 
 // Held-out metrics, predictions, planted loss and the model file: the same
-// for a model trained here or pulled from the servers.
+// for a model trained here or pulled from the servers. The held-out set is
+// read here unless the caller read it already (loaded).
 void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, const worker::SlotMap& map,
-                  const worker::SlotCsr* train_csr, int threads) {
+                  const worker::SlotCsr* train_csr, int threads, const worker::Dataset* loaded = nullptr) {
   if (train_csr != nullptr) {
     const worker::Evaluation tr = trainer.evaluate(*train_csr);
     std::printf("train    (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f%s\n",
@@ -303,7 +304,9 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
                 flags.model == "svm" ? fmt::format("  hinge {:.6f}", tr.hinge_loss).c_str() : "");
   }
   if (!flags.test.empty()) {
-    const worker::Dataset test = load_data("test", flags.test, flags.data, threads, "");
+    std::optional<worker::Dataset> read;
+    if (loaded == nullptr) read = load_data("test", flags.test, flags.data, threads, "");
+    const worker::Dataset& test = loaded != nullptr ? *loaded : *read;
     const worker::SlotCsr test_csr = worker::SlotCsr::build(test.view(), map, threads);
     std::vector<float> probs;
     const worker::Evaluation te = trainer.evaluate(test_csr, flags.predictions.empty() ? nullptr : &probs);
@@ -365,7 +368,7 @@ int run_train(const TrainFlags& flags) {
                            flags.model, flags.optimizer, opt.lr, opt.l2, opt.epochs, opt.batch_rows,
                            opt.threads, opt.seed, kernels::backend_description())
                    .c_str());
-  const worker::Dataset train = load_data("train", flags.train, flags.data, opt.threads, flags.cache);
+  const worker::Dataset train = load_training_data(flags.train, flags.data, opt.threads, flags.cache);
   std::optional<worker::Dataset> test;
   if (!flags.test.empty()) test = load_data("test", flags.test, flags.data, opt.threads, "");
 
@@ -379,7 +382,7 @@ int run_train(const TrainFlags& flags) {
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "trained in %.2f s: %.0f examples/s\n", train_s,
                train_s > 0 ? static_cast<double>(train_csr.rows()) * opt.epochs / train_s : 0.0);
-  report_model(flags, trainer, map, &train_csr, opt.threads);
+  report_model(flags, trainer, map, &train_csr, opt.threads, test ? &*test : nullptr);
   return 0;
 }
 
@@ -401,7 +404,7 @@ int run_distributed_train(TrainFlags flags) {
   if (flags.partition) {
     map = partition_slot_map(flags.hash_bits);
   } else {
-    train = load_data("train", flags.train, flags.data, opt.threads, flags.cache);
+    train = load_training_data(flags.train, flags.data, opt.threads, flags.cache);
     map = worker::SlotMap::for_data(train->view(), flags.hash_bits);
   }
 
@@ -577,7 +580,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     map = partition_slot_map(flags.hash_bits);
     spec = make_spec(nullptr);
   } else {
-    train = load_data("train", flags.train, data, opt.threads, flags.cache, flags.classes);
+    train = load_training_data(flags.train, data, opt.threads, flags.cache, flags.classes);
     map = worker::SlotMap::for_data(train->view(), flags.hash_bits);
     spec = make_spec(&train->view());
   }
@@ -800,7 +803,8 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--metrics-out", flags->metrics_out,
                   "fm, dnn: JSON lines of progress, held-out evaluations and a summary (under a job: worker 0's, or "
-                  "each worker's where the path holds %r, the worker index)");
+                  "each worker's where the path holds %r, the worker index)")
+      ->check(kWritableFile);
   cmd->add_option("--eval-interval", flags->eval_interval,
                   "fm, dnn: seconds between held-out evaluations during training (worker 0; 0: at the end only)")
       ->capture_default_str();
@@ -837,10 +841,12 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--seed", flags->opt.seed, "Seed of the batch order")->capture_default_str();
   cmd->add_flag("!--no-shuffle", flags->opt.shuffle, "Keep the batch order of the file in every epoch");
   cmd->add_option("--cache", flags->cache,
-                  "Binary cache of --train: mapped when valid for the current file, else written after parsing");
+                  "Binary cache of --train: mapped when valid for the current file, else written after parsing")
+      ->check(kWritableFile);
   cmd->add_flag("--skip-bad-lines", flags->data.skip_bad_lines, "Count and skip malformed lines instead of stopping");
-  cmd->add_option("--predictions", flags->predictions, "Write one probability per --test example, in input order");
-  cmd->add_option("--save-model", flags->save_model, "Write the trained model (read by parafab predict)");
+  cmd->add_option("--predictions", flags->predictions, "Write one probability per --test example, in input order")
+      ->check(kWritableFile);
+  cmd->add_option("--save-model", flags->save_model, "Write the trained model (read by parafab predict)")->check(kWritableFile);
   cmd->add_option("--resume", flags->resume,
                   "Distributed: resume the job from the checkpoint set in DIR (the servers' --checkpoint-dir): the "
                   "servers load their shards, the workers skip the batches it holds")

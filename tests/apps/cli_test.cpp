@@ -45,6 +45,12 @@ size_t count_lines(const std::string& s) { return std::count(s.begin(), s.end(),
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
+size_t count_occurrences(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // The data every test uses, generated once for the suite. Generated from
 // SetUp, not SetUpTestSuite: a failure there must fail the tests, not skip them.
 class Cli : public ::testing::Test {
@@ -86,6 +92,25 @@ TEST_F(Cli, BadFlagsFailWithAMessage) {
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--predictions needs --test")) << r.out;
   EXPECT_NE(run_cli("no-such-command").status, 0);
+}
+
+// No command, or `bench` without its case: the list to choose from, not only
+// "A subcommand is required". A missing flag of a command is still named.
+TEST_F(Cli, AMissingSubcommandListsTheSubcommands) {
+  CmdResult r = run_cli("");
+  EXPECT_EQ(r.status, 2) << r.out;
+  for (const char* want : {"Subcommands:", "train ", "launch ", "parafab: give one of the subcommands above"}) {
+    EXPECT_TRUE(contains(r.out, want)) << want << "\n" << r.out;
+  }
+  r = run_cli("bench");
+  EXPECT_EQ(r.status, 2) << r.out;
+  for (const char* want : {"kernels ", "fabric ", "kv ", "parafab bench: give one of the subcommands above"}) {
+    EXPECT_TRUE(contains(r.out, want)) << want << "\n" << r.out;
+  }
+  r = run_cli("train");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "--train is required")) << r.out;
+  EXPECT_FALSE(contains(r.out, "give one of the subcommands")) << r.out;
 }
 
 // `parafab info` names the providers with their capabilities. Both local
@@ -131,6 +156,59 @@ TEST_F(Cli, NumbersOutOfRangeAreNamedBeforeTheDataIsRead) {
   }
 }
 
+// A file written at the end (a model, predictions, a benchmark's JSON) into
+// a directory that does not exist, or over a directory, is refused when the
+// flags are read: before the data is parsed or the benchmark runs, not after.
+TEST_F(Cli, OutputFilesThatCannotBeWrittenAreRefusedBeforeAnyWork) {
+  const std::string train = " --train " + dir_->file("train.svm") + " --test " + dir_->file("test.svm");
+  const std::string missing = dir_->file("no_such_dir") + "/";
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"train" + train + " --save-model " + missing + "m.pfm",
+       "--save-model: " + missing + "m.pfm: directory " + dir_->file("no_such_dir") + " does not exist"},
+      {"train" + train + " --predictions " + missing + "p.txt", "--predictions: " + missing + "p.txt: directory"},
+      {"train" + train + " --save-model " + dir_->path().string(), "--save-model: " + dir_->path().string() + " is a directory"},
+      {"train" + train + " --cache " + missing + "c.pfc", "--cache: " + missing + "c.pfc: directory"},
+      {"predict --model " + dir_->file("planted.w") + " --data " + dir_->file("test.svm") + " --out " + missing + "x",
+       "--out: " + missing + "x: directory"},
+      {"gen-data --examples 10 --out " + dir_->file("g.svm") + " --weights-out " + missing + "w",
+       "--weights-out: " + missing + "w: directory"},
+      {"bench kernels --json " + missing + "k.json", "--json: " + missing + "k.json: directory"},
+  };
+  for (const Case& c : cases) {
+    const CmdResult r = run_cli(c.args);
+    EXPECT_NE(r.status, 0) << c.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, c.message)) << c.args << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "parsed")) << c.args << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "MB/s")) << c.args << "\n" << r.out;
+  }
+  EXPECT_FALSE(std::ifstream(dir_->file("g.svm")).good()) << "gen-data wrote before refusing --weights-out";
+}
+
+// Training on no examples is an error naming the file, not a run that
+// reports metrics of nothing.
+TEST_F(Cli, ATrainingFileWithoutExamplesIsAnError) {
+  const std::string empty = dir_->file("empty.svm"), comments = dir_->file("comments.svm");
+  std::ofstream(empty).flush();
+  std::ofstream(comments) << "# a header\n\n# nothing else\n";
+  for (const std::string& f : {empty, comments}) {
+    for (const std::string model : {"lr", "fm"}) {
+      const CmdResult r = run_cli("train --train " + f + " --model " + model);
+      EXPECT_EQ(r.status, 1) << f << " " << model << "\n" << r.out;
+      EXPECT_TRUE(contains(r.out, f + ": no examples to train on")) << r.out;
+      EXPECT_FALSE(contains(r.out, "log loss")) << r.out;
+    }
+  }
+  const std::string bad = dir_->file("all_bad.svm");
+  std::ofstream(bad) << "x 1:1\n1 y:2\n";
+  const CmdResult r = run_cli("train --train " + bad + " --skip-bad-lines");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "skipped 2 bad line(s)")) << r.out;
+  EXPECT_TRUE(contains(r.out, bad + ": no examples to train on (every line was")) << r.out;
+}
+
 TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   const std::string pred = dir_->file("train.pred"), model = dir_->file("m.pfm");
   const CmdResult t = run_cli("train --train " + dir_->file("train.svm") + " --test " + dir_->file("test.svm") +
@@ -141,6 +219,8 @@ TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   EXPECT_TRUE(contains(t.out, "AUC")) << t.out;
   EXPECT_TRUE(contains(t.out, "planted")) << t.out;
   EXPECT_EQ(count_lines(read_file(pred)), 4000u);
+  // The held-out file is read once, not again for the metrics.
+  EXPECT_EQ(count_occurrences(t.out, "test " + dir_->file("test.svm") + " ("), 1u) << t.out;
 
   const std::string pred2 = dir_->file("predict.pred");
   const CmdResult p = run_cli("predict --model " + model + " --data " + dir_->file("test.svm") + " --out " + pred2);

@@ -150,6 +150,22 @@ class KvJob {
   ps::Server& server(uint32_t s) { return *servers_[s]; }
   uint32_t servers() const { return static_cast<uint32_t>(servers_.size()); }
   const rdma::Endpoint& endpoint(uint32_t rank) const { return *eps_[rank]; }
+  // Returns once every server has applied what worker w pushed to the
+  // width-1 sparse table before: a pull of one key of each server, which
+  // each serves after those pushes. A sparse push is answered before it is
+  // applied (ps/server.h), so a timed loop of pushes ends with this, and its
+  // last apply is on the clock too.
+  void settle(uint32_t w, uint32_t table) {
+    std::vector<uint64_t> keys;
+    for (uint32_t s = 0; s < servers(); ++s) {
+      uint64_t k = 0;
+      while (map_.partition().server_of(k) != s) ++k;
+      keys.push_back(k);
+    }
+    std::vector<float> out(keys.size());
+    const rdma::Status st = clients_[w]->pull(table, keys, out.data()).get();
+    if (!st.ok()) throw std::runtime_error("settling pull: " + st.to_string());
+  }
 
  private:
   std::vector<std::unique_ptr<rdma::Endpoint>> eps_;
@@ -473,6 +489,7 @@ class KvCases {
     auto drain = [&](uint32_t w) {
       for (auto& f : in_flight[w]) check(f.get(), "sparse_push");
       in_flight[w].clear();
+      job_->settle(w, kSparseTable);
     };
     int64_t pushes = run_workers(o_.workers, warmup(2), op, drain).ops;  // inserts the keys
     struct Timed {
@@ -582,7 +599,7 @@ class KvCases {
     Budget b = budget();
     b.min_iterations = std::min(b.min_iterations, sets);
     b.max_iterations = sets;
-    const Timing t = run_workers(o_.workers, b, op);
+    const Timing t = run_workers(o_.workers, b, op, [&](uint32_t w) { job_->settle(w, kInsertTable); });
     if (o_.verify) {
       // Each key was pushed once: the reference is one push of each set checked.
       for (uint32_t w = 0; w < o_.workers; ++w) {

@@ -42,9 +42,14 @@
 //                            KvClient::push: merge, split, encode, post) and
 //                            apply_keys_per_s (one SparseTable::push of the
 //                            same keys in this thread, timed during the
-//                            reference replay).
-//   sparse_push_window       the same with `window` pushes in flight (client
-//                            encoding overlaps the server's apply).
+//                            reference replay). One push at a time; a
+//                            server answers a sparse push before it applies
+//                            it (ps/server.h), so the client's next push
+//                            overlaps that apply, and each worker's timed
+//                            loop ends with a pull from every server, which
+//                            waits for the last apply: keys/s are keys
+//                            applied.
+//   sparse_push_window       the same with `window` pushes in flight.
 //   sparse_push_sorted       sparse_push with the same (key, gradient) pairs
 //                            in increasing key order, one at a time: what a
 //                            trainer's sorted, unique batch costs, and the

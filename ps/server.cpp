@@ -76,10 +76,12 @@ void Server::serve(const std::atomic<bool>& stop) {
     }
     for (uint32_t w : dead) remove_worker(w);
     checkpoint_if_due();
+    publish_stats();
   }
   reap_replies(true);
   apply_rounds_before(std::numeric_limits<int64_t>::max(), /*early=*/true);
   if (!options_.checkpoint_path.empty()) write_checkpoint_now();
+  publish_stats();
 }
 
 void Server::checkpoint_if_due() {
@@ -105,6 +107,7 @@ void Server::write_checkpoint_now() {
   last_checkpoint_clock_ = clocks_.min_clock();
   first_checkpoint_past_ = -1;
   stats_.checkpoint_seconds = std::chrono::duration<double>(last_checkpoint_ - t0).count();
+  publish_stats();
 }
 
 ShardCheckpoint Server::checkpoint() const {
@@ -205,6 +208,7 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
   last_checkpoint_clock_ = clocks_.min_clock();
   publish_min_clock();
   stats_.bytes_pushed_restored = c.bytes_pushed;
+  publish_stats();
   // The same worker processes go on numbering their requests after a
   // rejoin; a resumed job's workers are new and number theirs from 1.
   if (clock == kCheckpointClocks) {
@@ -319,16 +323,18 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
   }
   switch (h.op) {
     case Op::kPush: {
+      ++stats_.pushes;
+      stats_.keys_pushed += d.keys.size();
+      stats_.bytes_pushed += d.values.size() * sizeof(float);
+      worker_bytes_pushed_[worker] += d.values.size() * sizeof(float);
+      // A sparse push is answered before it is applied (see server.h): the
+      // worker prepares its next push while this one is applied.
+      reply_header(message.from, h, Op::kPushReply);
       if (merge_rounds_) {
         rounds_.add_sparse(h.clock, worker, h.table, d.keys, d.values.data(), map_.table(h.table).width);
       } else {
         stats_.refused_non_finite += sparse_.at(h.table)->push(d.keys, d.values.data(), pool_.get()).refused_non_finite;
       }
-      ++stats_.pushes;
-      stats_.keys_pushed += d.keys.size();
-      stats_.bytes_pushed += d.values.size() * sizeof(float);
-      worker_bytes_pushed_[worker] += d.values.size() * sizeof(float);
-      reply_header(message.from, h, Op::kPushReply);
       return;
     }
     case Op::kDensePush: {
@@ -507,7 +513,18 @@ void Server::remove_worker_later(uint32_t worker_index) {
   dead_pending_.push_back(worker_index);
 }
 
+ServerStats Server::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return published_stats_;
+}
+
+void Server::publish_stats() {
+  std::lock_guard lock(stats_mu_);
+  published_stats_ = stats_;  // assignment: the histogram's vector keeps its memory
+}
+
 void Server::reply(uint32_t to, rdma::ByteBuffer bytes) {
+  publish_stats();  // before the reply: whoever it reaches sees what led to it
   auto f = endpoint_.send(to, 0, bytes.data(), bytes.size());
   in_flight_.emplace_back(std::move(f), std::move(bytes));
   if (in_flight_.size() > 1024) reap_replies(false);

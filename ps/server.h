@@ -16,6 +16,20 @@
 // pulls it releases are answered; a pull of a worker whose own push still
 // waits in a round applies that round first, and so does a checkpoint. A bad message gets an error reply naming
 // what was wrong, and a counter; the server keeps serving.
+//
+// A sparse push is answered once it has been checked, before it is applied:
+// the reply says that the push will be applied before this server handles
+// any later message (any worker's pull, clock or checkpoint sees it), not
+// that it has been. The worker meanwhile dedups and encodes its next push,
+// which would otherwise wait for the apply: 10^5 random keys one push at a
+// time, `bench kv`, five alternating pairs: mean 29 M keys/s before, 39 M
+// after. A dense push is still answered after its apply, because one-sided
+// readers do not pass through this thread (and, measured, answering a 1 MiB
+// dense push first gained nothing here: with busy polling this thread also
+// receives the next push, which waits for the apply either way). In-process
+// callers that read a table or stats() right after a push's reply must first
+// make a round trip through the server (a pull or clock) to be ordered after
+// the apply.
 #pragma once
 
 #include <atomic>
@@ -112,7 +126,13 @@ class Server {
   // Writes checkpoint() to options.checkpoint_path now.
   void write_checkpoint_now();
 
-  ServerStats stats() const { return stats_; }
+  // A copy of the counters, from any thread: what the serving thread had
+  // counted when it last sent a reply or ended a turn of its loop. Counts
+  // a message makes before its reply (bad messages, pushes, pulls) are
+  // there once the reply has arrived; those it makes after (a sparse
+  // push's refused gradients, counted as it is applied) once a later reply
+  // has.
+  ServerStats stats() const;
   // By worker index: the request id of the last push applied, and the
   // gradient bytes applied from it in this run (restored ones included). A
   // rejoined server hands both to the workers (SchedulerClient::rejoin_ready),
@@ -176,7 +196,10 @@ class Server {
   MergedRounds rounds_;
   // Replies in flight: the transport reads their bytes until the send completes.
   std::deque<std::pair<rdma::Completion, rdma::ByteBuffer>> in_flight_;
-  ServerStats stats_;
+  ServerStats stats_;  // the serving thread's own
+  void publish_stats();
+  mutable std::mutex stats_mu_;
+  ServerStats published_stats_;  // under stats_mu_: what stats() returns
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   int64_t last_checkpoint_clock_ = 0;
   // After a whole-job restore: checkpoint once the minimum clock passes

@@ -10,7 +10,10 @@
 // A request is split by the key partition into one message per server, sent
 // concurrently, and its future is ready when every server has answered (or
 // with the first error: a server's error reply names what was wrong, a
-// lost server gives a timeout). Duplicate keys are merged before a push
+// lost server gives a timeout). A server answers a sparse push once it has
+// checked it, before it applies it: answered means it will be applied
+// before that server handles anything later (this worker's pulls included),
+// so the next push can be prepared meanwhile. Duplicate keys are merged before a push
 // (gradients summed) and fetched once in a pull; keys given in strictly
 // increasing order skip that pass (they cannot repeat). Every request carries the
 // worker's clock: under SSP a server holds a pull until the slowest worker

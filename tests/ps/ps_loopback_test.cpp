@@ -204,6 +204,37 @@ void run_width_one_shapes(const std::string& provider, uint32_t servers) {
 TEST_P(PsLoopback, WidthOnePushesInEveryKeyOrderSumExactlyOnOneServer) { run_width_one_shapes(GetParam(), 1); }
 TEST_P(PsLoopback, WidthOnePushesInEveryKeyOrderSumExactlyOnTwoServers) { run_width_one_shapes(GetParam(), 2); }
 
+// A server answers a sparse push before it applies it (ps/server.h); the
+// answer still orders the push before everything the server handles later.
+// Worker 0 pushes 20000 keys (an apply of a millisecond or more, on two
+// servers), and as soon as it is answered worker 1, which sent nothing
+// before, pulls them: it must see the whole push, every time; and worker 0's
+// own pull right after its next push too (read-my-writes).
+TEST_P(PsLoopback, AnAnsweredSparsePushIsSeenByEveryLaterPull) {
+  // ASP: each push is applied as it arrives (BSP would hold it in its round
+  // until both workers tick).
+  Job job(GetParam(), 2, 2, {sgd_table(3, 1)}, ConsistencyModel::parse("asp"));
+  job.start();
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys(20000);
+  for (uint64_t& k : keys) k = rng();
+  std::vector<float> grads(keys.size());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(1 + i % 3);
+  std::vector<float> got(keys.size());
+  for (int round = 1; round <= 8; ++round) {
+    ASSERT_TRUE(job.worker(0).push(3, keys, grads).get().ok());
+    ASSERT_TRUE(job.worker(1).pull(3, keys, got.data()).get().ok());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(got[i], -static_cast<float>(2 * round - 1) * grads[i]) << "round " << round << " key " << i;
+    }
+    ASSERT_TRUE(job.worker(0).push(3, keys, grads).get().ok());
+    ASSERT_TRUE(job.worker(0).pull(3, keys, got.data()).get().ok());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(got[i], -static_cast<float>(2 * round) * grads[i]) << "round " << round << " key " << i;
+    }
+  }
+}
+
 TEST_P(PsLoopback, DenseRangesSpanningBothServers) {
   constexpr uint64_t kRows = 1001;
   constexpr uint32_t kWidth = 4;
@@ -609,6 +640,10 @@ TEST(PsValidation, KeysOfAnotherServerAreRefusedNamingIt) {
   Job alone("tcp;ofi_rxm", 1, 1, {sgd_table(0, 1)});
   alone.start();
   ASSERT_TRUE(alone.worker(0).push(0, keys, grads).get().ok());
+  // A sparse push is answered before its apply; the pull is served after it.
+  std::vector<float> pulled(2);
+  ASSERT_TRUE(alone.worker(0).pull(0, keys, pulled.data()).get().ok());
+  EXPECT_EQ(pulled, (std::vector<float>{-1, -1}));
   EXPECT_EQ(alone.server(0).sparse_table(0)->size(), 2u);
   EXPECT_EQ(alone.server(0).stats().bad_messages, 0u);
 }

@@ -3,6 +3,8 @@
 #include <bit>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace parafab::ps {
 namespace {
@@ -16,6 +18,40 @@ T get(const std::byte* p) {
   uint64_t v = 0;
   for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return static_cast<T>(v);
+}
+
+// The count keys of a delta-varint section of `bytes` bytes at p into keys;
+// nullopt, or what is wrong.
+std::optional<std::string> decode_delta_varints(const std::byte* p, uint64_t bytes, uint64_t count,
+                                                std::vector<uint64_t>& keys) {
+  const std::byte* const end = p + bytes;
+  keys.resize(static_cast<size_t>(count));  // count <= bytes: checked by the caller
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (p == end) return "the key section ends inside the varint of key " + std::to_string(i);
+      const auto b = static_cast<uint8_t>(*p++);
+      if (shift == 63 && b > 1) return "the varint of key " + std::to_string(i) + " does not fit in 64 bits";
+      v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) {
+        // One coding per key: a message accepted encodes back to its bytes.
+        if (b == 0 && shift > 0) return "the varint of key " + std::to_string(i) + " is overlong (a zero last byte)";
+        break;
+      }
+    }
+    if (i > 0) {
+      if (v == 0) return "key " + std::to_string(i) + " repeats the key before it (delta-varint keys must increase)";
+      if (v > UINT64_MAX - prev) return "key " + std::to_string(i) + " passes 2^64 (delta " + std::to_string(v) + ")";
+      v += prev;
+    }
+    keys[static_cast<size_t>(i)] = prev = v;
+  }
+  if (end - p >= 8) return std::to_string(end - p) + " bytes after the last key's varint (padding is under 8)";
+  for (; p < end; ++p) {
+    if (*p != std::byte{0}) return "nonzero padding after the delta-varint keys";
+  }
+  return std::nullopt;
 }
 
 bool known_op(uint8_t op) { return op >= static_cast<uint8_t>(Op::kPull) && op <= static_cast<uint8_t>(Op::kDenseRegionReply); }
@@ -54,15 +90,41 @@ void encode_header(const WireHeader& h, std::byte* p) {
   put<uint64_t>(p + 40, h.payload_bytes);
 }
 
-size_t encoded_size(std::span<const uint64_t> keys, size_t payload_bytes) {
-  return kWireHeaderBytes + keys.size_bytes() + payload_bytes;
+size_t varint_bytes(uint64_t v) { return v < 128 ? 1 : (static_cast<size_t>(std::bit_width(v)) + 6) / 7; }
+
+std::byte* put_varint(std::byte* out, uint64_t v) {
+  while (v >= 128) {
+    *out++ = static_cast<std::byte>(v | 0x80);
+    v >>= 7;
+  }
+  *out++ = static_cast<std::byte>(v);
+  return out;
+}
+
+size_t key_section_bytes(std::span<const uint64_t> keys, uint8_t flags) {
+  if ((flags & kFlagDeltaVarintKeys) == 0) return keys.size_bytes();
+  size_t n = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0 && keys[i] <= keys[i - 1]) {
+      throw std::invalid_argument("delta-varint keys must be strictly increasing: key " + std::to_string(i) + " (" +
+                                  std::to_string(keys[i]) + ") follows " + std::to_string(keys[i - 1]));
+    }
+    n += varint_bytes(i == 0 ? keys[0] : keys[i] - keys[i - 1]);
+  }
+  return (n + 7) / 8 * 8;
+}
+
+size_t encoded_size(std::span<const uint64_t> keys, size_t payload_bytes, uint8_t flags) {
+  return kWireHeaderBytes + key_section_bytes(keys, flags) + payload_bytes;
 }
 
 void encode_message_into(WireHeader h, std::span<const uint64_t> keys, std::span<const std::byte> payload,
                          std::span<std::byte> out) {
-  if (out.size() != encoded_size(keys, payload.size())) {
+  const size_t key_bytes = key_section_bytes(keys, h.flags);
+  if (out.size() != kWireHeaderBytes + key_bytes + payload.size()) {
     throw std::invalid_argument("encode_message_into: a buffer of " + std::to_string(out.size()) +
-                                " bytes for a message of " + std::to_string(encoded_size(keys, payload.size())));
+                                " bytes for a message of " +
+                                std::to_string(kWireHeaderBytes + key_bytes + payload.size()));
   }
   h.key_count = keys.size();
   h.payload_bytes = payload.size();
@@ -70,8 +132,18 @@ void encode_message_into(WireHeader h, std::span<const uint64_t> keys, std::span
   // Keys and floats are stored in host order: every supported host is
   // little-endian (checked at compile time below), so this is the wire order.
   static_assert(std::endian::native == std::endian::little, "parafab's wire format assumes a little-endian host");
-  if (!keys.empty()) std::memcpy(out.data() + kWireHeaderBytes, keys.data(), keys.size_bytes());
-  if (!payload.empty()) std::memcpy(out.data() + kWireHeaderBytes + keys.size_bytes(), payload.data(), payload.size());
+  std::byte* k = out.data() + kWireHeaderBytes;
+  if ((h.flags & kFlagDeltaVarintKeys) != 0) {
+    uint64_t prev = 0;
+    for (const uint64_t key : keys) {
+      k = put_varint(k, key - prev);
+      prev = key;
+    }
+    std::memset(k, 0, static_cast<size_t>(out.data() + kWireHeaderBytes + key_bytes - k));
+  } else if (!keys.empty()) {
+    std::memcpy(k, keys.data(), keys.size_bytes());
+  }
+  if (!payload.empty()) std::memcpy(out.data() + kWireHeaderBytes + key_bytes, payload.data(), payload.size());
 }
 
 std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> keys, std::span<const std::byte> payload) {
@@ -98,7 +170,11 @@ std::optional<std::string> decode_message(std::span<const std::byte> bytes, cons
   WireHeader& h = out.header;
   h.op = static_cast<Op>(op);
   h.flags = get<uint8_t>(p + 7);
-  if (h.flags != kFlagNone) return "unknown flags " + std::to_string(h.flags);
+  if ((h.flags & ~kFlagDeltaVarintKeys) != 0) return "unknown flags " + std::to_string(h.flags);
+  const bool varint = (h.flags & kFlagDeltaVarintKeys) != 0;
+  if (varint && h.op != Op::kPull && h.op != Op::kPush) {
+    return std::string("delta-varint keys in a ") + to_string(h.op) + " message (pulls and pushes only)";
+  }
   h.table = get<uint32_t>(p + 8);
   h.sender = get<uint32_t>(p + 12);
   h.clock = static_cast<int64_t>(get<uint64_t>(p + 16));
@@ -113,18 +189,37 @@ std::optional<std::string> decode_message(std::span<const std::byte> bytes, cons
            std::to_string(limits.max_payload_bytes);
   }
   const uint64_t body = bytes.size() - kWireHeaderBytes;
-  // Divide, never multiply: the limits are the receiver's to choose (up to
-  // no limit at all), so key_count * 8 could wrap to a size that fits.
-  if (h.key_count > body / 8 || h.payload_bytes != body - h.key_count * 8) {
-    return "header announces " + std::to_string(h.key_count) + " keys and " + std::to_string(h.payload_bytes) +
-           " payload bytes, but the message carries " + std::to_string(body) + " bytes after the header";
+  uint64_t key_bytes = 0;
+  if (varint) {
+    // Each varint takes at least a byte: key_count is bounded by the bytes
+    // received before anything is allocated for it.
+    if (h.payload_bytes > body || h.key_count > body - h.payload_bytes) {
+      return "header announces " + std::to_string(h.key_count) + " delta-varint keys and " +
+             std::to_string(h.payload_bytes) + " payload bytes, but the message carries " + std::to_string(body) +
+             " bytes after the header";
+    }
+    key_bytes = body - h.payload_bytes;
+    if (key_bytes % 8 != 0) return "delta-varint key section of " + std::to_string(key_bytes) + " bytes is not padded to a multiple of 8";
+  } else {
+    // Divide, never multiply: the limits are the receiver's to choose (up to
+    // no limit at all), so key_count * 8 could wrap to a size that fits.
+    if (h.key_count > body / 8 || h.payload_bytes != body - h.key_count * 8) {
+      return "header announces " + std::to_string(h.key_count) + " keys and " + std::to_string(h.payload_bytes) +
+             " payload bytes, but the message carries " + std::to_string(body) + " bytes after the header";
+    }
+    key_bytes = h.key_count * 8;
   }
   if (h.op != Op::kError && h.payload_bytes % sizeof(float) != 0) {
     return "payload of " + std::to_string(h.payload_bytes) + " bytes is not a whole number of floats";
   }
   if (reinterpret_cast<uintptr_t>(p) % alignof(uint64_t) != 0) return "message buffer is not 8-byte aligned";
-  out.keys = {reinterpret_cast<const uint64_t*>(p + kWireHeaderBytes), static_cast<size_t>(h.key_count)};
-  const std::byte* payload = p + kWireHeaderBytes + h.key_count * 8;
+  if (varint) {
+    if (auto err = decode_delta_varints(p + kWireHeaderBytes, key_bytes, h.key_count, out.key_storage)) return err;
+    out.keys = out.key_storage;
+  } else {
+    out.keys = {reinterpret_cast<const uint64_t*>(p + kWireHeaderBytes), static_cast<size_t>(h.key_count)};
+  }
+  const std::byte* payload = p + kWireHeaderBytes + key_bytes;
   out.values = {};
   out.error_text.clear();
   if (h.op == Op::kError) {

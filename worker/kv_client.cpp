@@ -179,7 +179,60 @@ struct KvClient::Split {
   std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (position, its first occurrence)
   std::vector<uint32_t> server;              // per entry of `first`
   std::vector<uint64_t> count;               // keys per server
+  bool increasing = false;                   // the keys were strictly increasing (so is each server's share)
 };
+
+namespace {
+
+// Writes each server's keys into its message's key section: 8 bytes a key,
+// or (delta_varint, for strictly increasing keys) as ps::kFlagDeltaVarintKeys
+// says. bytes(s) first, for the sizes; then at(s, section) once a server's
+// section is allocated, put(s, key) in key order, and finish() pads.
+class KeySections {
+ public:
+  KeySections(const std::vector<uint64_t>& count, bool delta_varint, std::span<const uint64_t> keys,
+              const std::vector<uint32_t>& server)
+      : varint_(delta_varint), bytes_(count.size()), at_(count.size()), end_(count.size()), prev_(count.size(), 0) {
+    for (size_t s = 0; s < count.size(); ++s) bytes_[s] = count[s] * 8;
+    if (!varint_) return;
+    std::fill(bytes_.begin(), bytes_.end(), 0);
+    for (size_t j = 0; j < keys.size(); ++j) {
+      const uint32_t s = server[j];
+      bytes_[s] += ps::varint_bytes(keys[j] - prev_[s]);
+      prev_[s] = keys[j];
+    }
+    for (uint64_t& b : bytes_) b = (b + 7) / 8 * 8;
+    std::fill(prev_.begin(), prev_.end(), 0);
+  }
+  uint8_t flags() const { return varint_ ? ps::kFlagDeltaVarintKeys : ps::kFlagNone; }
+  uint64_t bytes(uint32_t s) const { return bytes_[s]; }
+  void at(uint32_t s, std::byte* section) {
+    at_[s] = section;
+    end_[s] = section + bytes_[s];
+  }
+  void put(uint32_t s, uint64_t key) {
+    if (varint_) {
+      at_[s] = ps::put_varint(at_[s], key - prev_[s]);
+      prev_[s] = key;
+    } else {
+      std::memcpy(at_[s], &key, 8);
+      at_[s] += 8;
+    }
+  }
+  void finish() {
+    for (size_t s = 0; s < at_.size(); ++s) {
+      if (at_[s] != nullptr) std::memset(at_[s], 0, static_cast<size_t>(end_[s] - at_[s]));
+    }
+  }
+
+ private:
+  bool varint_;
+  std::vector<uint64_t> bytes_;
+  std::vector<std::byte*> at_, end_;
+  std::vector<uint64_t> prev_;
+};
+
+}  // namespace
 
 KvClient::Split KvClient::split(std::span<const uint64_t> keys) const {
   Split sp;
@@ -188,6 +241,7 @@ KvClient::Split KvClient::split(std::span<const uint64_t> keys) const {
   // of the hash table (~5 ns a key at 10^5 keys, most of a push's work on
   // the worker).
   if (std::adjacent_find(keys.begin(), keys.end(), std::greater_equal<uint64_t>()) == keys.end()) {
+    sp.increasing = true;
     sp.first.resize(keys.size());
     std::iota(sp.first.begin(), sp.first.end(), uint32_t{0});
   } else {
@@ -235,28 +289,31 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
   p->reply_op = ps::Op::kPushReply;
   p->table = table;
   p->width = w;
-  std::vector<std::byte*> key_at(map_.num_servers(), nullptr), value_at(map_.num_servers(), nullptr);
+  const bool varint = options_.delta_varint_keys && sp.increasing;
+  KeySections sections(sp.count, varint, keys, sp.server);
+  std::vector<std::byte*> value_at(map_.num_servers(), nullptr);
+  std::byte* only_keys = nullptr;
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     if (sp.count[s] == 0) continue;
-    ps::WireHeader h{.op = ps::Op::kPush, .table = table, .sender = rank(), .clock = clock_.load(),
-                     .key_count = sp.count[s], .payload_bytes = sp.count[s] * w * sizeof(float)};
+    ps::WireHeader h{.op = ps::Op::kPush, .flags = sections.flags(), .table = table, .sender = rank(),
+                     .clock = clock_.load(), .key_count = sp.count[s], .payload_bytes = sp.count[s] * w * sizeof(float)};
     auto& bytes = p->messages[map_.server_rank(s)];
     p->value_bytes[map_.server_rank(s)] = h.payload_bytes;
-    bytes.resize(ps::kWireHeaderBytes + sp.count[s] * 8 + h.payload_bytes);
+    bytes.resize(ps::kWireHeaderBytes + sections.bytes(s) + h.payload_bytes);
     ps::encode_header(h, bytes.data());
-    key_at[s] = bytes.data() + ps::kWireHeaderBytes;
-    value_at[s] = key_at[s] + sp.count[s] * 8;
+    only_keys = bytes.data() + ps::kWireHeaderBytes;
+    sections.at(s, only_keys);
+    value_at[s] = only_keys + sections.bytes(s);
   }
-  if (sp.first.size() == keys.size() && map_.num_servers() == 1) {
+  if (sp.first.size() == keys.size() && map_.num_servers() == 1 && !varint) {
     // No duplicate and one server: the keys and gradients as given.
-    std::memcpy(key_at[0], keys.data(), keys.size() * 8);
+    std::memcpy(only_keys, keys.data(), keys.size() * 8);
     std::memcpy(value_at[0], g, keys.size() * w * sizeof(float));
   } else {
     // A gradient row is w floats: width 1 copies one float, not a memcpy call.
     for (size_t j = 0; j < sp.first.size(); ++j) {
       const uint32_t s = sp.server[j], i = sp.first[j];
-      std::memcpy(key_at[s], &keys[i], 8);
-      key_at[s] += 8;
+      sections.put(s, keys[i]);
       if (w == 1) {
         std::memcpy(value_at[s], g + i, sizeof(float));
       } else {
@@ -264,6 +321,7 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
       }
       value_at[s] += w * sizeof(float);
     }
+    sections.finish();
   }
   {
     std::lock_guard lock(mu_);
@@ -287,25 +345,25 @@ std::future<rdma::Status> KvClient::pull(uint32_t table, std::span<const uint64_
   if (data_clock != nullptr) *data_clock = std::numeric_limits<int64_t>::max();
   p->duplicates.reserve(sp.duplicates.size());
   for (auto [i, first] : sp.duplicates) p->duplicates.emplace_back(first, i);
-  std::vector<std::byte*> key_at(map_.num_servers(), nullptr);
+  KeySections sections(sp.count, options_.delta_varint_keys && sp.increasing, keys, sp.server);
   std::vector<std::vector<uint32_t>*> rows_of(map_.num_servers(), nullptr);
   for (uint32_t s = 0; s < map_.num_servers(); ++s) {
     if (sp.count[s] == 0) continue;
-    ps::WireHeader h{.op = ps::Op::kPull, .table = table, .sender = rank(), .clock = clock_.load(),
-                     .key_count = sp.count[s]};
+    ps::WireHeader h{.op = ps::Op::kPull, .flags = sections.flags(), .table = table, .sender = rank(),
+                     .clock = clock_.load(), .key_count = sp.count[s]};
     auto& bytes = p->messages[map_.server_rank(s)];
-    bytes.resize(ps::kWireHeaderBytes + sp.count[s] * 8);
+    bytes.resize(ps::kWireHeaderBytes + sections.bytes(s));
     ps::encode_header(h, bytes.data());
-    key_at[s] = bytes.data() + ps::kWireHeaderBytes;
+    sections.at(s, bytes.data() + ps::kWireHeaderBytes);
     rows_of[s] = &p->rows[map_.server_rank(s)];
     rows_of[s]->reserve(sp.count[s]);
   }
   for (size_t j = 0; j < sp.first.size(); ++j) {
     const uint32_t s = sp.server[j], i = sp.first[j];
-    std::memcpy(key_at[s], &keys[i], 8);
-    key_at[s] += 8;
+    sections.put(s, keys[i]);
     rows_of[s]->push_back(i);
   }
+  sections.finish();
   return start(std::move(p));
 }
 

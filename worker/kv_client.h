@@ -42,6 +42,10 @@ namespace parafab::worker {
 struct KvClientOptions {
   // A request not answered by every server within this time fails.
   std::chrono::milliseconds timeout{60000};
+  // Pulls and pushes of strictly increasing keys send them delta + varint
+  // coded (ps::kFlagDeltaVarintKeys): 1 to 3 bytes a key for a small key
+  // space instead of 8. Keys in any other order go as they are.
+  bool delta_varint_keys = false;
 };
 
 struct KvClientStats {

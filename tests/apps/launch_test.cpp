@@ -277,7 +277,8 @@ TEST(Launch, AWorkerCommandThatCannotRunIsNamed) {
 
 // Distributed `parafab train` (2 servers, 2 workers, SSP) reaches the held-out
 // log loss of single-process training on the same planted data, within 2%,
-// and worker 0 alone reports it.
+// and worker 0 alone reports it. The workers send their batches' sorted keys
+// delta + varint coded (--delta-keys), which the servers decode.
 TEST(Launch, DistributedTrainMatchesSingleProcessOnAPlantedProblem) {
   testing::TempDir dir;
   const std::string train = dir.file("train.svm"), test = dir.file("test.svm");
@@ -297,7 +298,7 @@ TEST(Launch, DistributedTrainMatchesSingleProcessOnAPlantedProblem) {
   };
   const double single = held_out(run({kBin, "train", "--train", train, "--test", test, "--quiet"}));
   const LaunchRun r = run_launch({"--servers", "2", "--workers", "2", "--consistency", "ssp:2", "--timeout", "150",
-                                  "--", kBin, "train", "--train", train, "--test", test, "--quiet"},
+                                  "--", kBin, "train", "--train", train, "--test", test, "--quiet", "--delta-keys"},
                                  170s);
   ASSERT_TRUE(r.finished) << r.out;
   ASSERT_EQ(r.status, 0) << r.out;

@@ -65,21 +65,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(skew == 0, "an unaligned buffer was accepted");
   const WireHeader& h = d.header;
   check(h.key_count <= limits.max_keys && h.payload_bytes <= limits.max_payload_bytes, "a limit was not enforced");
-  check(h.flags == kFlagNone, "unknown flags accepted");
+  check((h.flags & ~kFlagDeltaVarintKeys) == 0, "unknown flags accepted");
+  const bool varint = (h.flags & kFlagDeltaVarintKeys) != 0;
+  check(!varint || h.op == Op::kPull || h.op == Op::kPush, "delta-varint keys accepted on another op");
   check(d.keys.size() == h.key_count, "keys span differs from key_count");
+  // Delta-varint keys are decoded into key_storage: a section of at least a
+  // byte a key, padded to 8, strictly increasing keys.
+  const uint64_t key_bytes = varint ? bytes.size() - kWireHeaderBytes - h.payload_bytes : d.keys.size_bytes();
+  if (varint) {
+    check(d.keys.data() == d.key_storage.data(), "delta-varint keys not in key_storage");
+    check(key_bytes % 8 == 0 && h.key_count <= key_bytes, "delta-varint key section of a bad size");
+    for (size_t i = 1; i < d.keys.size(); ++i) check(d.keys[i] > d.keys[i - 1], "delta-varint keys not increasing");
+  }
   const std::byte* end = bytes.data() + bytes.size();
   auto inside = [&](const void* p, size_t len) {
     const auto* b = static_cast<const std::byte*>(p);
     return len == 0 || (b >= bytes.data() && b <= end && len <= static_cast<size_t>(end - b));
   };
-  check(inside(d.keys.data(), d.keys.size_bytes()), "keys span leaves the buffer");
+  if (!varint) check(inside(d.keys.data(), d.keys.size_bytes()), "keys span leaves the buffer");
   check(inside(d.values.data(), d.values.size_bytes()), "values span leaves the buffer");
   if (h.op == Op::kError) {
     check(d.values.empty() && d.error_text.size() == h.payload_bytes, "error text length differs from the payload");
   } else {
     check(d.error_text.empty() && d.values.size_bytes() == h.payload_bytes, "values span differs from the payload");
   }
-  check(kWireHeaderBytes + d.keys.size_bytes() + h.payload_bytes == bytes.size(), "sizes do not add up");
+  check(kWireHeaderBytes + key_bytes + h.payload_bytes == bytes.size(), "sizes do not add up");
   uint64_t sum = 0;
   for (uint64_t k : d.keys) sum += k;
   for (float v : d.values) sum += static_cast<uint64_t>(std::bit_cast<uint32_t>(v));

@@ -39,6 +39,14 @@ void wire_seeds(const fs::path& dir) {
   write(dir, "push", 0, str(ps::encode_message(h, keys, values)));
   h.op = ps::Op::kPull;
   write(dir, "pull", 0, str(ps::encode_message(h, keys, std::span<const float>{})));
+  // Delta + varint keys: one-byte gaps, a two-byte one, and the largest key.
+  const std::vector<uint64_t> sorted{3, 4, 200, ~uint64_t{0}};
+  h.flags = ps::kFlagDeltaVarintKeys;
+  write(dir, "pull_delta_varint", 0, str(ps::encode_message(h, sorted, std::span<const float>{})));
+  h.op = ps::Op::kPush;
+  write(dir, "push_delta_varint", 0,
+        str(ps::encode_message(h, sorted, std::span<const float>(values.data(), sorted.size()))));
+  h.flags = ps::kFlagNone;
   h.op = ps::Op::kPullReply;
   write(dir, "pull_reply_small_limits", 2, str(ps::encode_message(h, std::span<const uint64_t>(keys.data(), 1),
                                                                   std::span<const float>(values.data(), 2))));

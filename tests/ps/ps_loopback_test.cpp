@@ -23,13 +23,14 @@ namespace parafab::ps {
 namespace {
 
 using worker::KvClient;
+using worker::KvClientOptions;
 
 // S servers, W workers, endpoints meshed, servers serving on threads.
 class Job {
  public:
   // The last `raw_workers` workers get no KvClient: tests speak bytes on their endpoints.
   Job(const std::string& provider, uint32_t servers, uint32_t workers, std::vector<TableSchema> tables,
-      ConsistencyModel model = {}, uint32_t raw_workers = 0) {
+      ConsistencyModel model = {}, uint32_t raw_workers = 0, KvClientOptions client_options = {}) {
     rdma::EndpointOptions o;
     o.provider = provider;
     o.timeout = std::chrono::seconds(20);
@@ -53,7 +54,7 @@ class Job {
     so.consistency = model;
     so.poll = std::chrono::milliseconds(5);
     for (uint32_t s = 0; s < servers; ++s) servers_.push_back(std::make_unique<Server>(*eps_[s], map_, s, so));
-    for (uint32_t w = 0; w + raw_workers < workers; ++w) clients_.push_back(std::make_unique<KvClient>(*eps_[servers + w], map_, w));
+    for (uint32_t w = 0; w + raw_workers < workers; ++w) clients_.push_back(std::make_unique<KvClient>(*eps_[servers + w], map_, w, client_options));
   }
   void start() {
     for (auto& s : servers_) threads_.emplace_back([this, srv = s.get()] { srv->serve(stop_); });
@@ -233,6 +234,57 @@ TEST_P(PsLoopback, AnAnsweredSparsePushIsSeenByEveryLaterPull) {
       ASSERT_EQ(got[i], -static_cast<float>(2 * round) * grads[i]) << "round " << round << " key " << i;
     }
   }
+}
+
+// KvClientOptions::delta_varint_keys: sorted keys go delta + varint coded
+// (ps::kFlagDeltaVarintKeys) to both servers; pushes sum and pulls return
+// exactly as with plain keys, duplicates and unsorted keys still go plain,
+// and the workers send fewer bytes for the same requests.
+TEST_P(PsLoopback, DeltaVarintKeysGiveTheSameResultsInFewerBytes) {
+  auto run = [&](bool delta, uint64_t* bytes_sent) {
+    KvClientOptions o;
+    o.delta_varint_keys = delta;
+    Job job(GetParam(), 2, 2, {sgd_table(4, 2)}, ConsistencyModel::parse("asp"), 0, o);
+    job.start();
+    std::vector<uint64_t> sorted;  // a libsvm-like key space: small, with gaps
+    for (uint64_t k = 3; k < 60000; k += 1 + k % 7) sorted.push_back(k);
+    sorted.push_back(~uint64_t{0});  // the largest key: a 10-byte varint
+    std::vector<uint64_t> shuffled = sorted;
+    std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(5));
+    shuffled.push_back(shuffled.front());  // a duplicate: merged by the client
+    std::map<uint64_t, double> ref;
+    auto push = [&](uint32_t w, const std::vector<uint64_t>& keys) {
+      std::vector<float> g(keys.size() * 2);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        for (int c = 0; c < 2; ++c) {
+          g[i * 2 + c] = static_cast<float>((keys[i] + c + w) % 5 + 1);
+          ref[keys[i] * 2 + c] += g[i * 2 + c];
+        }
+      }
+      ASSERT_TRUE(job.worker(w).push(4, keys, g).get().ok());
+    };
+    push(0, sorted);
+    push(1, shuffled);
+    push(1, sorted);
+    for (const auto& keys : {sorted, shuffled}) {
+      std::vector<float> got(keys.size() * 2);
+      ASSERT_TRUE(job.worker(0).pull(4, keys, got.data()).get().ok());
+      for (size_t i = 0; i < keys.size(); ++i) {
+        for (int c = 0; c < 2; ++c) ASSERT_EQ(got[i * 2 + c], -static_cast<float>(ref[keys[i] * 2 + c])) << keys[i];
+      }
+    }
+    EXPECT_EQ(job.server(0).stats().bad_messages + job.server(1).stats().bad_messages, 0u);
+    *bytes_sent = job.endpoint(2).stats().bytes_sent + job.endpoint(3).stats().bytes_sent;
+  };
+  uint64_t plain = 0, delta = 0;
+  run(false, &plain);
+  run(true, &delta);
+  // Worker 0 sends its sorted push and its sorted pull (7/8 of the key bytes
+  // saved) and a shuffled pull (plain either way); worker 1 one sorted push.
+  EXPECT_LT(delta, plain) << "delta-varint keys sent no fewer bytes";
+  std::vector<uint64_t> sorted;
+  for (uint64_t k = 3; k < 60000; k += 1 + k % 7) sorted.push_back(k);
+  EXPECT_GE(plain - delta, 3 * sorted.size() * 6) << plain << " against " << delta;
 }
 
 TEST_P(PsLoopback, DenseRangesSpanningBothServers) {

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "rdma/endpoint.h"
 
@@ -72,7 +76,7 @@ TEST(WireFormat, MalformedMessagesAreRefusedWithAReason) {
   cases.push_back({"version", patched(4, 2), "version", {}});
   cases.push_back({"op zero", patched(6, 0), "unknown op", {}});
   cases.push_back({"op high", patched(6, 200), "unknown op", {}});
-  cases.push_back({"flags", patched(7, 1), "flags", {}});
+  cases.push_back({"flags", patched(7, 2), "unknown flags 2", {}});
   cases.push_back({"truncated body", std::vector<std::byte>(good.begin(), good.end() - 1), "carries", {}});
   auto longer = good;
   longer.push_back(std::byte{0});
@@ -93,6 +97,130 @@ TEST(WireFormat, MalformedMessagesAreRefusedWithAReason) {
     ASSERT_TRUE(err) << c.name << " was accepted";
     EXPECT_NE(err->find(c.expect), std::string::npos) << c.name << ": " << *err;
   }
+}
+
+// Delta + varint keys: strictly increasing keys of any size round trip,
+// values stay aligned behind the padded section, and small gaps cost a byte.
+TEST(WireFormat, DeltaVarintKeysRoundTrip) {
+  std::mt19937_64 rng(3);
+  std::vector<std::vector<uint64_t>> key_sets = {
+      {},
+      {0},
+      {~uint64_t{0}},
+      {0, ~uint64_t{0}},                                   // the largest delta: a 10-byte varint
+      {0, 1, 127, 128, 16383, 16384, (uint64_t{1} << 63) - 1, uint64_t{1} << 63, ~uint64_t{0} - 1, ~uint64_t{0}},
+  };
+  for (const size_t n : {1, 7, 8, 9, 1000}) {
+    std::vector<uint64_t> k(n);
+    for (uint64_t& x : k) x = rng() >> (rng() % 64);  // every magnitude
+    std::sort(k.begin(), k.end());
+    k.erase(std::unique(k.begin(), k.end()), k.end());
+    key_sets.push_back(k);
+  }
+  for (const auto& keys : key_sets) {
+    for (const Op op : {Op::kPush, Op::kPull}) {
+      WireHeader h{.op = op, .flags = kFlagDeltaVarintKeys, .table = 2, .sender = 1, .request_id = 9};
+      std::vector<float> values;
+      if (op == Op::kPush) {
+        for (size_t i = 0; i < keys.size() * 2; ++i) values.push_back(static_cast<float>(i) - 0.5f);
+      }
+      const auto bytes = encode_message(h, keys, values);
+      ASSERT_EQ(bytes.size(), encoded_size(keys, values.size() * 4, kFlagDeltaVarintKeys));
+      const size_t section = bytes.size() - kWireHeaderBytes - values.size() * 4;
+      EXPECT_EQ(section % 8, 0u);
+      size_t varints = 0;
+      for (size_t i = 0; i < keys.size(); ++i) varints += varint_bytes(i == 0 ? keys[0] : keys[i] - keys[i - 1]);
+      EXPECT_EQ(section, (varints + 7) / 8 * 8);
+      const auto buf = as_received(bytes);
+      DecodedMessage d;
+      const auto err = decode_message(buf, WireLimits{}, d);
+      ASSERT_FALSE(err) << *err;
+      EXPECT_EQ(d.header.flags, kFlagDeltaVarintKeys);
+      EXPECT_EQ(std::vector<uint64_t>(d.keys.begin(), d.keys.end()), keys);
+      EXPECT_EQ(std::vector<float>(d.values.begin(), d.values.end()), values);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(d.values.data()) % 4, 0u);
+    }
+  }
+  // 1000 consecutive keys: 1000 one-byte varints against 8000 bytes plain.
+  std::vector<uint64_t> run(1000);
+  std::iota(run.begin(), run.end(), uint64_t{5});
+  EXPECT_EQ(key_section_bytes(run, kFlagDeltaVarintKeys), 1000u);
+  EXPECT_EQ(key_section_bytes(run, kFlagNone), 8000u);
+  // The LEB128 lengths at their edges.
+  for (const auto& [v, n] : std::vector<std::pair<uint64_t, size_t>>{
+           {0, 1}, {127, 1}, {128, 2}, {16383, 2}, {16384, 3}, {(uint64_t{1} << 63) - 1, 9}, {~uint64_t{0}, 10}}) {
+    EXPECT_EQ(varint_bytes(v), n) << v;
+    std::byte out[10];
+    EXPECT_EQ(static_cast<size_t>(put_varint(out, v) - out), n) << v;
+  }
+}
+
+TEST(WireFormat, DeltaVarintKeysMustIncrease) {
+  for (const std::vector<uint64_t>& keys : {std::vector<uint64_t>{3, 3}, std::vector<uint64_t>{5, 4}}) {
+    try {
+      (void)encode_message(WireHeader{.op = Op::kPull, .flags = kFlagDeltaVarintKeys}, keys, std::span<const float>());
+      ADD_FAILURE() << "non-increasing keys encoded";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("key 1 (" + std::to_string(keys[1]) + ") follows"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// Every way a delta-varint key section can be wrong is refused, naming it,
+// and a huge key count is refused before anything is allocated for it.
+TEST(WireFormat, MalformedDeltaVarintKeysAreRefusedWithAReason) {
+  // A pull whose key section is `section` (padded by the caller), key_count given.
+  auto pull = [](uint64_t key_count, std::vector<uint8_t> section, uint64_t payload = 0, Op op = Op::kPull) {
+    std::vector<std::byte> b(kWireHeaderBytes);
+    encode_header(WireHeader{.op = op, .flags = kFlagDeltaVarintKeys, .key_count = key_count, .payload_bytes = payload},
+                  b.data());
+    for (uint8_t x : section) b.push_back(std::byte{x});
+    for (uint64_t i = 0; i < payload; ++i) b.push_back(std::byte{0});
+    return b;
+  };
+  struct Case {
+    const char* name;
+    std::vector<std::byte> bytes;
+    const char* expect;
+  };
+  const std::vector<uint8_t> ten_ff = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  auto with = [](std::vector<uint8_t> v, std::initializer_list<uint8_t> more) {
+    v.insert(v.end(), more);
+    while (v.size() % 8 != 0) v.push_back(0);
+    return v;
+  };
+  const std::vector<Case> cases = {
+      {"on a dense push", pull(1, {1, 0, 0, 0, 0, 0, 0, 0}, 0, Op::kDensePush), "pulls and pushes only"},
+      {"on a clock", pull(0, {}, 0, Op::kClock), "pulls and pushes only"},
+      {"unpadded", pull(1, {5}), "not padded"},
+      {"more keys than bytes", pull(9, {1, 1, 1, 1, 1, 1, 1, 1}), "carries"},
+      {"huge key count", pull(uint64_t{1} << 40, {1, 1, 1, 1, 1, 1, 1, 1}), "carries"},
+      {"truncated varint", pull(2, {1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80}), "ends inside the varint of key 1"},
+      {"65-bit varint", pull(1, with(ten_ff, {0x02})), "does not fit in 64 bits"},
+      {"11-byte varint", pull(1, with(ten_ff, {0x81, 0x00})), "does not fit in 64 bits"},
+      {"delta zero", pull(2, {7, 0, 0, 0, 0, 0, 0, 0}), "key 1 repeats the key before it"},
+      {"wraps past 2^64", pull(2, with(ten_ff, {0x01, 0x01})), "key 1 passes 2^64"},
+      {"nonzero padding", pull(1, {7, 0, 0, 0, 0, 0, 9, 0}), "nonzero padding"},
+      {"overlong varint", pull(1, {0x87, 0x00, 0, 0, 0, 0, 0, 0}), "overlong"},
+      {"a whole word of padding", pull(1, {7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}), "padding is under 8"},
+  };
+  for (const Case& c : cases) {
+    const auto buf = as_received(c.bytes);
+    DecodedMessage d;
+    const auto err = decode_message(buf, WireLimits{~uint64_t{0}, ~uint64_t{0}}, d);
+    ASSERT_TRUE(err) << c.name << " was accepted";
+    EXPECT_NE(err->find(c.expect), std::string::npos) << c.name << ": " << *err;
+    EXPECT_LE(d.key_storage.capacity(), 16u) << c.name;  // nothing sized by a hostile count
+  }
+  // A push announcing more payload than the message holds.
+  std::vector<std::byte> b(kWireHeaderBytes + 8);
+  encode_header(WireHeader{.op = Op::kPush, .flags = kFlagDeltaVarintKeys, .key_count = 1, .payload_bytes = 16},
+                b.data());
+  DecodedMessage d;
+  const auto err = decode_message(as_received(b), WireLimits{}, d);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("carries"), std::string::npos) << *err;
 }
 
 // Found by tests/fuzz (wire_message): with no key limit, 2^61 keys are
@@ -130,7 +258,8 @@ TEST(WireFormat, RandomBytesNeverCrashTheDecoder) {
     if (!decode_message(buf, WireLimits{}, d)) {
       ++accepted;
       // Whatever it accepted lies inside the buffer.
-      EXPECT_LE(kWireHeaderBytes + d.keys.size_bytes() + d.values.size_bytes(), buf.size());
+      const size_t key_bytes = (d.header.flags & kFlagDeltaVarintKeys) != 0 ? d.keys.size() : d.keys.size_bytes();
+      EXPECT_LE(kWireHeaderBytes + key_bytes + d.values.size_bytes(), buf.size());
     }
   }
   EXPECT_GT(accepted, 0u);  // the generator does reach valid messages

@@ -495,9 +495,10 @@ int run_distributed_train(TrainFlags flags) {
     report_model(flags, evaluator, map, &train_csr, opt.threads);
   }
   const worker::KvClientStats st = kv.stats();
-  std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests\n", w,
+  std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests, %.1f MB sent\n", w,
                train_s > 0 ? static_cast<double>(my_examples) / train_s : 0.0, st.push_bytes / 1e6,
-               st.pull_bytes / 1e6, static_cast<unsigned long long>(st.requests));
+               st.pull_bytes / 1e6, static_cast<unsigned long long>(st.requests),
+               static_cast<double>(node.endpoint->stats().bytes_sent) / 1e6);
   report_rejoins(w, st);
   node.client->done();
   (void)node.client->wait_for_shutdown(join_timeout(flags.cluster));
@@ -742,10 +743,10 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   const double eps = train_s > 0 ? static_cast<double>(my_examples) / train_s : 0;
   if (distributed) {
     const worker::KvClientStats ks = kv->stats();
-    std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests; staleness of its pulls "
-                 "[0..%zu]: %s; mean step scale %.3f\n",
-                 w, eps, ks.push_bytes / 1e6, ks.pull_bytes / 1e6, static_cast<unsigned long long>(ks.requests), last,
-                 hist.c_str(), st.mean_scale);
+    std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests, %.1f MB sent; "
+                 "staleness of its pulls [0..%zu]: %s; mean step scale %.3f\n",
+                 w, eps, ks.push_bytes / 1e6, ks.pull_bytes / 1e6, static_cast<unsigned long long>(ks.requests),
+                 static_cast<double>(node->endpoint->stats().bytes_sent) / 1e6, last, hist.c_str(), st.mean_scale);
     if (one_sided_mlp) {
       std::fprintf(stderr, "worker %u: MLP shards read one-sided %llu times, pulled by message %llu times (beyond the "
                    "bound, or its own push not yet answered), %llu reads retried under a push\n",

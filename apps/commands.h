@@ -7,6 +7,8 @@
 
 #include <functional>
 
+#include "apps/host_threads.h"  // default_threads(): the default of every --threads
+
 namespace parafab::apps {
 
 struct CommandContext {
@@ -28,7 +30,5 @@ void add_node_command(CLI::App& root, CommandContext& ctx);
 // stderr and exit status 1 (2 for std::invalid_argument: bad flags).
 int run_guarded(const char* command, const std::function<int()>& body);
 
-// The hardware thread count, at least 1: the default of every --threads.
-int default_threads();
 
 }  // namespace parafab::apps

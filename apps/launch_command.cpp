@@ -3,7 +3,8 @@
 // the user's command as the workers, all on 127.0.0.1, with the scheduler's
 // address and the path of a fresh job token in their environment; forwards
 // their output with "[role rank] " prefixes, turns Ctrl-C into SIGTERM for
-// all of them, and exits 0 only when every process did.
+// all of them, and exits 0 only when every process did. Each worker gets
+// PARAFAB_THREADS, its share of the CPUs (apps/host_threads.h).
 //
 // With --hostfile, the same job over ssh: each process is
 // `ssh HOST ... parafab node -- COMMAND` on the host the round-robin
@@ -460,6 +461,11 @@ class Launch {
     restart_server_ = [start_server](int rank) { start_server(rank, true); };
     std::vector<std::string> worker_env = env;
     if (resume) worker_env.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoints.dir);
+    // Every worker on this host: each takes its share of the CPUs, unless
+    // the user's environment says otherwise (apps/host_threads.h).
+    if (std::getenv(kThreadsEnv) == nullptr) {
+      worker_env.push_back(fmt::format("{}={}", kThreadsEnv, std::max(1, usable_cpus() / f_.workers)));
+    }
     for (int j = 0; j < f_.workers; ++j) {
       workers_.push_back(group_.start(fmt::format("worker {}", j), f_.command,
                                       with(worker_env, {"PARAFAB_ROLE=worker", fmt::format("PARAFAB_RANK={}", j)})));
@@ -725,7 +731,8 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("command", f->command,
                   "The worker command and its arguments, after --; it finds the job in PARAFAB_SCHEDULER, "
                   "PARAFAB_TOKEN_FILE, PARAFAB_PROVIDER, PARAFAB_ROLE, PARAFAB_RANK, PARAFAB_NUM_SERVERS, "
-                  "PARAFAB_NUM_WORKERS");
+                  "PARAFAB_NUM_WORKERS; without --hostfile also PARAFAB_THREADS, its share of this host's CPUs (the "
+                  "default of parafab train --threads), unless set here already");
   cmd->footer(
       "Each line of a process's output is printed with its role and rank: [scheduler], [server 0], [worker 2]. "
       "SIGINT or SIGTERM stops every process (SIGTERM, then SIGKILL after --grace). Exit status: 0 when every "

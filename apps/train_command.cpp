@@ -773,8 +773,6 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
 
 }  // namespace
 
-int default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
-
 void add_train_command(CLI::App& root, CommandContext& ctx) {
   auto flags = std::make_shared<TrainFlags>();
   flags->opt.threads = default_threads();
@@ -822,7 +820,11 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--format", flags->data.format, "Input format: libsvm, criteo or auto")
       ->check(CLI::IsMember({"libsvm", "criteo", "auto"}))->capture_default_str();
   cmd->add_option("--epochs", flags->opt.epochs, "Passes over the training data")->check(kNonNegativeNumber)->capture_default_str();
-  cmd->add_option("--threads", flags->opt.threads, "Host threads (parsing and Hogwild SGD)")->check(kPositiveNumber)->capture_default_str();
+  cmd->add_option("--threads", flags->opt.threads,
+                  "Host threads (parsing and Hogwild SGD); default: PARAFAB_THREADS, else the CPUs this process may "
+                  "use (parafab launch gives each local worker its share)")
+      ->check(kPositiveNumber)
+      ->capture_default_str();
   flags->lr_option = cmd->add_option("--lr", flags->opt.lr,
                                      "Step size (AdaGrad base rate with --optimizer adagrad; fm, dnn: of the sparse "
                                      "table; fm's default is 0.02)")

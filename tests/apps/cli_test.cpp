@@ -23,8 +23,9 @@ struct CmdResult {
 
 std::string bin() { return PARAFAB_BIN_PATH; }
 
-CmdResult run_cli(const std::string& args) {
-  const std::string cmd = bin() + " " + args + " 2>&1";
+// env_prefix: e.g. "PARAFAB_THREADS=1 " or "taskset -c 0 ", before the binary.
+CmdResult run_cli(const std::string& args, const std::string& env_prefix = "") {
+  const std::string cmd = env_prefix + bin() + " " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -207,6 +208,27 @@ TEST_F(Cli, ATrainingFileWithoutExamplesIsAnError) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "skipped 2 bad line(s)")) << r.out;
   EXPECT_TRUE(contains(r.out, bad + ": no examples to train on (every line was")) << r.out;
+}
+
+// --threads defaults to PARAFAB_THREADS (what launch gives each local
+// worker), else to the CPUs this process may use: one under taskset -c 0.
+TEST_F(Cli, TheThreadCountComesFromTheEnvironmentOrTheAffinityMask) {
+  const std::string train = "train --train " + dir_->file("train.svm") + " --epochs 1 --quiet";
+  CmdResult r = run_cli(train, "PARAFAB_THREADS=1 ");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "threads 1, ")) << r.out;
+  r = run_cli(train, "PARAFAB_THREADS=3 ");
+  EXPECT_TRUE(contains(r.out, "threads 3, ")) << r.out;
+  r = run_cli(train, "taskset -c 0 ");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "threads 1, ")) << r.out;
+  r = run_cli(train + " --threads 2", "PARAFAB_THREADS=1 ");  // the flag wins
+  EXPECT_TRUE(contains(r.out, "threads 2, ")) << r.out;
+  r = run_cli(train, "PARAFAB_THREADS=many taskset -c 0 ");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: PARAFAB_THREADS=many is not a positive integer; ignored")) << r.out;
+  EXPECT_EQ(count_occurrences(r.out, "PARAFAB_THREADS=many"), 1u) << r.out;
+  EXPECT_TRUE(contains(r.out, "threads 1, ")) << r.out;
 }
 
 TEST_F(Cli, TrainPredictAndSavedModelAgree) {

@@ -3,9 +3,11 @@
 // the line they wait for, under a deadline.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -35,10 +37,11 @@ struct LaunchRun {
   double seconds = 0;
 };
 
-LaunchRun run_launch(std::vector<std::string> args, std::chrono::seconds limit) {
+LaunchRun run_launch(std::vector<std::string> args, std::chrono::seconds limit, std::vector<std::string> env = {}) {
   args.insert(args.begin(), {kBin, "launch"});
   const auto t0 = Clock::now();
-  ChildProcess p(args, {"FI_TCP_IFACE=lo"});
+  env.push_back("FI_TCP_IFACE=lo");
+  ChildProcess p(args, env);
   LaunchRun r;
   r.finished = benchmarks::wait_for_exit({&p}, t0 + limit);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -48,6 +51,14 @@ LaunchRun run_launch(std::vector<std::string> args, std::chrono::seconds limit) 
 }
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// The CPUs of this process's affinity mask, which launch and its children inherit.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  return CPU_COUNT(&set);
+}
 
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
   std::vector<std::string> got;
@@ -117,7 +128,7 @@ TEST(Launch, WorkersSeeTheJobInTheirEnvironmentButNotTheToken) {
   // and the job fails; what matters here is what the workers saw.
   const std::string script =
       "echo role=$PARAFAB_ROLE rank=$PARAFAB_RANK servers=$PARAFAB_NUM_SERVERS workers=$PARAFAB_NUM_WORKERS "
-      "provider=$PARAFAB_PROVIDER; "
+      "provider=$PARAFAB_PROVIDER threads=$PARAFAB_THREADS; "
       "case \"$PARAFAB_SCHEDULER\" in 127.0.0.1:[0-9]*) echo scheduler-ok;; *) echo bad-scheduler;; esac; "
       "stat -c mode=%a \"$PARAFAB_TOKEN_FILE\"; "
       "env | grep -c -F -f \"$PARAFAB_TOKEN_FILE\" || true; "
@@ -128,7 +139,10 @@ TEST(Launch, WorkersSeeTheJobInTheirEnvironmentButNotTheToken) {
   ASSERT_TRUE(r.finished) << r.out;
   for (int j = 0; j < 2; ++j) {
     const std::string p = "[worker " + std::to_string(j) + "] ";
-    EXPECT_TRUE(contains(r.out, p + "role=worker rank=" + std::to_string(j) + " servers=1 workers=2 provider=shm\n"))
+    // Each of the 2 workers gets half of the CPUs this process may use (at least 1).
+    EXPECT_TRUE(contains(r.out, p + "role=worker rank=" + std::to_string(j) +
+                                    " servers=1 workers=2 provider=shm threads=" +
+                                    std::to_string(std::max(1, usable_cpus() / 2)) + "\n"))
         << r.out;
     EXPECT_TRUE(contains(r.out, p + "scheduler-ok\n")) << r.out;
     EXPECT_TRUE(contains(r.out, p + "mode=600\n")) << r.out;
@@ -141,6 +155,16 @@ TEST(Launch, WorkersSeeTheJobInTheirEnvironmentButNotTheToken) {
   ASSERT_TRUE(std::regex_search(r.out, m, dir_re)) << r.out;
   EXPECT_FALSE(std::filesystem::exists(m[1].str())) << m[1].str();
   expect_all_gone(started_pids(r.out), r.out);
+}
+
+// PARAFAB_THREADS given to launch is the user's: passed on unchanged.
+TEST(Launch, AThreadCountInLaunchsEnvironmentIsKept) {
+  const LaunchRun r = run_launch({"--servers", "1", "--workers", "2", "--provider", "shm", "--join-timeout", "3",
+                                  "--grace", "2", "--", "sh", "-c", "echo threads=$PARAFAB_THREADS"},
+                                 60s, {"PARAFAB_THREADS=3"});
+  ASSERT_TRUE(r.finished) << r.out;
+  EXPECT_TRUE(contains(r.out, "[worker 0] threads=3\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[worker 1] threads=3\n")) << r.out;
 }
 
 TEST(Launch, AFailingWorkerFailsTheJobAndStopsTheRest) {

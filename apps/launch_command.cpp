@@ -307,6 +307,8 @@ class Launch {
     const std::vector<SshHost> hosts = read_hostfile(f_.hostfile);
     const size_t processes = 1 + static_cast<size_t>(f_.servers) + static_cast<size_t>(f_.workers);
     const std::vector<size_t> at = place_round_robin(hosts, processes, f_.hostfile);
+    std::map<std::string, int> workers_on;  // by host destination
+    for (size_t g = 1 + static_cast<size_t>(f_.servers); g < processes; ++g) ++workers_on[hosts[at[g]].destination];
     std::error_code ec;
     const std::string cwd = std::filesystem::current_path(ec).string();
     if (ec) throw std::runtime_error("cannot read the current directory: " + ec.message());
@@ -386,6 +388,9 @@ class Launch {
       e.push_back("PARAFAB_ROLE=" + role);
       e.push_back(fmt::format("PARAFAB_RANK={}", rank));
       if (resume && !is_scheduler && !is_server) e.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoints.dir);
+      // How many workers share the host: parafab node gives each its share
+      // of that host's CPUs (PARAFAB_THREADS).
+      if (!is_scheduler && !is_server) e.push_back(fmt::format("PARAFAB_LOCAL_WORKERS={}", workers_on.at(h.destination)));
       std::vector<std::string> n = node;
       if (recover) n.insert(n.begin() + static_cast<std::ptrdiff_t>(node_options_end), "--recover");
       std::vector<std::string> argv = {"/bin/sh", "-c", to_stdin, "parafab-ssh"};

@@ -23,6 +23,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -245,6 +246,17 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
       break;
     case NodeRole::kWorker:
       plan.argv = f.command;
+      // parafab launch --hostfile says how many workers share this host:
+      // each takes its share of the CPUs (apps/host_threads.h), unless the
+      // environment already says how many threads.
+      if (env_or(env, kThreadsEnv, "").empty()) {
+        const std::string local = env_or(env, "PARAFAB_LOCAL_WORKERS", "");
+        int n = 0;
+        const auto [at, ec] = std::from_chars(local.data(), local.data() + local.size(), n);
+        if (ec == std::errc() && at == local.data() + local.size() && n > 0) {
+          plan.env.emplace_back(kThreadsEnv, std::to_string(std::max(1, usable_cpus() / n)));
+        }
+      }
       break;
   }
   return plan;

@@ -7,6 +7,9 @@
 // scheduler's port. Nothing sleeps: the test waits for the processes to
 // exit, under a deadline.
 #include <gtest/gtest.h>
+#include <sched.h>
+
+#include <algorithm>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -245,16 +248,28 @@ TEST_F(ClusterEnv, AWorkerWithoutASchedulerGivesUpAtTheJoinTimeout) {
 
 TEST_F(ClusterEnv, DryRunShowsTheWorkersEnvironment) {
   std::vector<std::string> env = blank_launcher_variables();
+  // Two workers on this host (launch --hostfile says so): each gets half of
+  // the CPUs; a thread count already in the environment is left alone.
   env.insert(env.end(), {"PARAFAB_TOKEN_FILE=" + token_, "SLURM_PROCID=4", "SLURM_NTASKS=6",
-                         "SLURM_NODELIST=localhost,other[1-2]"});
+                         "SLURM_NODELIST=localhost,other[1-2]", "PARAFAB_LOCAL_WORKERS=2", "PARAFAB_THREADS="});
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  const std::string threads = "PARAFAB_THREADS=" + std::to_string(std::max(1, CPU_COUNT(&cpus) / 2)) + "\n";
   ChildProcess p({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--dry-run", "--", "echo", "hi"},
                  merged(env));
   ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
   EXPECT_EQ(p.exit_code(), std::optional<int>(0)) << p.output();
-  for (const char* line : {"PARAFAB_ROLE=worker\n", "PARAFAB_RANK=1\n", "PARAFAB_SCHEDULER=localhost:9737\n",
-                           "PARAFAB_NODE=127.0.0.1\n", "PARAFAB_NUM_SERVERS=2\n", "exec echo hi\n"}) {
+  for (const std::string line : {"PARAFAB_ROLE=worker\n", "PARAFAB_RANK=1\n", "PARAFAB_SCHEDULER=localhost:9737\n",
+                                 "PARAFAB_NODE=127.0.0.1\n", "PARAFAB_NUM_SERVERS=2\n", "exec echo hi\n"}) {
     EXPECT_TRUE(contains(p.output(), line)) << line << "\n" << p.output();
   }
+  EXPECT_TRUE(contains(p.output(), threads)) << threads << p.output();
+  env.push_back("PARAFAB_THREADS=5");
+  ChildProcess kept({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--dry-run", "--", "echo", "hi"},
+                    merged(env));
+  ASSERT_TRUE(benchmarks::wait_for_exit({&kept}, Clock::now() + 30s)) << kept.output();
+  EXPECT_FALSE(contains(kept.output(), "PARAFAB_THREADS=")) << kept.output();
 }
 
 // A server's command carries the checkpoint flags (and --recover, for one

@@ -59,10 +59,21 @@ inline std::string output_file_problem(const std::string& path) {
   return {};
 }
 
+// A file that is read when it exists and written otherwise (a binary
+// cache): an existing file passes as it is (a cache built once, in a
+// directory this user cannot write, is still read), a new one must be
+// creatable.
+inline std::string cache_file_problem(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) return {};
+  return output_file_problem(path);
+}
+
 }  // namespace detail
 
 inline const CLI::Validator kPositiveNumber = detail::number_check(false, "POSITIVE", "a positive number");
 inline const CLI::Validator kNonNegativeNumber = detail::number_check(true, "NONNEGATIVE", "a number >= 0");
 inline const CLI::Validator kWritableFile(detail::output_file_problem, "FILE");
+inline const CLI::Validator kCacheFile(detail::cache_file_problem, "FILE");
 
 }  // namespace parafab::apps

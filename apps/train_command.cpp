@@ -852,7 +852,7 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_flag("!--no-shuffle", flags->opt.shuffle, "Keep the batch order of the file in every epoch");
   cmd->add_option("--cache", flags->cache,
                   "Binary cache of --train: mapped when valid for the current file, else written after parsing")
-      ->check(kWritableFile);
+      ->check(kCacheFile);
   cmd->add_flag("--skip-bad-lines", flags->data.skip_bad_lines, "Count and skip malformed lines instead of stopping");
   cmd->add_option("--predictions", flags->predictions, "Write one probability per --test example, in input order")
       ->check(kWritableFile);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -186,6 +187,19 @@ TEST_F(Cli, OutputFilesThatCannotBeWrittenAreRefusedBeforeAnyWork) {
     EXPECT_FALSE(contains(r.out, "MB/s")) << c.args << "\n" << r.out;
   }
   EXPECT_FALSE(std::ifstream(dir_->file("g.svm")).good()) << "gen-data wrote before refusing --weights-out";
+
+
+  // A directory nobody may write, root included: /proc/sys here. A new file
+  // there is refused; an existing one given as --cache (read when valid, as
+  // a cache built once on read-only shared storage) passes the flag check
+  // and is then judged as a cache.
+  if (::access("/proc/sys/kernel", W_OK) == 0) GTEST_SKIP() << "/proc/sys/kernel is writable here";
+  CmdResult r = run_cli("train --train " + dir_->file("train.svm") + " --save-model /proc/sys/kernel/m.pfm");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "--save-model: /proc/sys/kernel/m.pfm: directory /proc/sys/kernel is not writable"))
+      << r.out;
+  r = run_cli("train --train " + dir_->file("train.svm") + " --epochs 1 --quiet --cache /proc/sys/kernel/ostype");
+  EXPECT_FALSE(contains(r.out, "--cache:")) << r.out;
 }
 
 // Training on no examples is an error naming the file, not a run that

@@ -6,7 +6,6 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 namespace parafab::apps {
@@ -18,14 +17,20 @@ int usable_cpus() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int cpu_share(int workers) { return std::max(1, usable_cpus() / std::max(1, workers)); }
+
+std::optional<int> parse_positive_int(std::string_view text) {
+  int n = 0;
+  const auto [at, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || at != text.data() + text.size() || n <= 0) return std::nullopt;
+  return n;
+}
+
 namespace {
 
 int threads_from_environment() {
   if (const char* e = std::getenv(kThreadsEnv); e != nullptr && *e != '\0') {
-    int n = 0;
-    const char* end = e + std::strlen(e);
-    const auto [at, ec] = std::from_chars(e, end, n);
-    if (ec == std::errc() && at == end && n > 0) return n;
+    if (const std::optional<int> n = parse_positive_int(e)) return *n;
     std::fprintf(stderr, "warning: %s=%s is not a positive integer; ignored\n", kThreadsEnv, e);
   }
   return usable_cpus();

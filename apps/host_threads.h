@@ -11,6 +11,9 @@
 // one thread each).
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 namespace parafab::apps {
 
 inline constexpr const char* kThreadsEnv = "PARAFAB_THREADS";
@@ -20,5 +23,9 @@ int usable_cpus();
 // PARAFAB_THREADS when it holds a positive integer (anything else is
 // ignored with a warning on stderr), else usable_cpus().
 int default_threads();
+// Each of `workers` workers' share of usable_cpus(), at least 1.
+int cpu_share(int workers);
+// text as a positive int (all of it, decimal), or nullopt.
+std::optional<int> parse_positive_int(std::string_view text);
 
 }  // namespace parafab::apps

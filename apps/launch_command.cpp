@@ -469,7 +469,7 @@ class Launch {
     // Every worker on this host: each takes its share of the CPUs, unless
     // the user's environment says otherwise (apps/host_threads.h).
     if (std::getenv(kThreadsEnv) == nullptr) {
-      worker_env.push_back(fmt::format("{}={}", kThreadsEnv, std::max(1, usable_cpus() / f_.workers)));
+      worker_env.push_back(fmt::format("{}={}", kThreadsEnv, cpu_share(f_.workers)));
     }
     for (int j = 0; j < f_.workers; ++j) {
       workers_.push_back(group_.start(fmt::format("worker {}", j), f_.command,

@@ -23,7 +23,6 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -250,11 +249,8 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
       // each takes its share of the CPUs (apps/host_threads.h), unless the
       // environment already says how many threads.
       if (env_or(env, kThreadsEnv, "").empty()) {
-        const std::string local = env_or(env, "PARAFAB_LOCAL_WORKERS", "");
-        int n = 0;
-        const auto [at, ec] = std::from_chars(local.data(), local.data() + local.size(), n);
-        if (ec == std::errc() && at == local.data() + local.size() && n > 0) {
-          plan.env.emplace_back(kThreadsEnv, std::to_string(std::max(1, usable_cpus() / n)));
+        if (const std::optional<int> n = parse_positive_int(env_or(env, "PARAFAB_LOCAL_WORKERS", ""))) {
+          plan.env.emplace_back(kThreadsEnv, std::to_string(cpu_share(*n)));
         }
       }
       break;

@@ -26,9 +26,13 @@ void write_probabilities(const std::string& path, const std::vector<float>& p) {
   if (std::fflush(f) != 0) throw std::runtime_error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
 }
 
-worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
-                          int threads, const std::string& cache_path, int classes, uint32_t part,
-                          uint32_t parts) {
+namespace {
+
+// Reads the data set and prints its summary and skipped-line report; what an
+// empty one means is the caller's to say.
+worker::Dataset read_and_summarize(const std::string& role, const std::string& path, const DataFlags& flags,
+                                   int threads, const std::string& cache_path, int classes, uint32_t part,
+                                   uint32_t parts) {
   worker::ReadOptions opt;
   opt.format = worker::parse_data_format(flags.format);
   opt.skip_bad_lines = flags.skip_bad_lines;
@@ -55,13 +59,23 @@ worker::Dataset load_data(const std::string& role, const std::string& path, cons
                                             : "; first:");
     for (const auto& e : stats.first_errors) std::fprintf(stderr, "  %s\n", e.c_str());
   }
+  return d;
+}
+
+}  // namespace
+
+worker::Dataset load_data(const std::string& role, const std::string& path, const DataFlags& flags,
+                          int threads, const std::string& cache_path, int classes, uint32_t part,
+                          uint32_t parts) {
+  worker::Dataset d = read_and_summarize(role, path, flags, threads, cache_path, classes, part, parts);
   if (d.rows() == 0) std::fprintf(stderr, "warning: %s holds no examples\n", path.c_str());
   return d;
 }
 
 worker::Dataset load_training_data(const std::string& path, const DataFlags& flags, int threads,
                                    const std::string& cache_path, int classes) {
-  worker::Dataset d = load_data("train", path, flags, threads, cache_path, classes);
+  // No "holds no examples" warning before the error that says the same.
+  worker::Dataset d = read_and_summarize("train", path, flags, threads, cache_path, classes, 0, 1);
   if (d.rows() == 0) {
     throw std::runtime_error(fmt::format("{}: no examples to train on{}", path,
                                          flags.skip_bad_lines ? " (every line was empty, a comment or skipped)" : ""));

@@ -113,6 +113,9 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->check(kPositiveNumber)
       ->capture_default_str();
   kvc->add_option("--memory-keys", kv->memory_keys, "Keys of the sparse_memory table; 0 skips it")->capture_default_str();
+  kvc->add_option("--big-table-keys", kv->big_table_keys,
+                  "Keys the servers hold in sparse_push_big_table, which pushes --sparse-keys of them at random; 0 skips it")
+      ->capture_default_str();
   kvc->add_option("--fabric-iterations", kv->fabric_iterations, "bench fabric's iterations per size; 0: its default")
       ->check(kNonNegativeNumber)
       ->capture_default_str();

@@ -37,7 +37,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kDenseTable = 0, kSparseTable = 1, kLatencyTable = 2, kInsertTable = 3;
+constexpr uint32_t kDenseTable = 0, kSparseTable = 1, kLatencyTable = 2, kInsertTable = 3, kBigTable = 4;
 constexpr uint32_t kDenseWidth = 1024;                 // floats per row: 4 KiB
 constexpr size_t kRowBytes = kDenseWidth * sizeof(float);
 constexpr uint32_t kLatencyWidth = 256;                // 1 KiB
@@ -279,7 +279,7 @@ class KvCases {
 
   std::vector<ps::TableSchema> tables() const {
     return {dense_schema(kDenseTable, kDenseWidth, max_rows_), adagrad_schema(kSparseTable),
-            dense_schema(kLatencyTable, kLatencyWidth, 1), adagrad_schema(kInsertTable)};
+            dense_schema(kLatencyTable, kLatencyWidth, 1), adagrad_schema(kInsertTable), adagrad_schema(kBigTable)};
   }
 
   void run(KvJob& job) {
@@ -301,6 +301,7 @@ class KvCases {
     sparse_push_present();
     sparse_pull();
     sparse_push_insert();
+    if (o_.big_table_keys > 0) sparse_push_big_table();
     latency();
     job_ = nullptr;
   }
@@ -529,7 +530,7 @@ class KvCases {
       BenchRecord r = record(in_order ? "sparse_push_sorted" : win > 1 ? "sparse_push_window" : "sparse_push", keys_s,
                              "keys/s", t.ops);
       sparse_ceiling(r, n);
-      r.with("keys", n).with("present", "yes").with("updater", "adagrad").with("in_flight", win)
+      r.with("keys", n).with("table_keys", n).with("present", "yes").with("updater", "adagrad").with("in_flight", win)
           .with("key_order", in_order ? "increasing" : "random")
           .with("goal", kSparseGoal).with("goal_ratio", keys_s / kSparseGoal)
           .with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6)
@@ -629,6 +630,100 @@ class KvCases {
     report_.add(std::move(r));
     log_ << fmt::format("{} sparse_push_insert: {:.3g} keys/s, {} pushes of {} fresh keys\n", provider_, keys_s,
                         t.ops, n);
+  }
+
+  // sparse_push_big_table: the servers hold big_table_keys keys (filled by
+  // pushes first, off the clock), and each push is sparse_keys of them at
+  // random, from a few disjoint key sets in turn: the hash table's lines come
+  // from the outer caches or memory, as on a server with a real model, where
+  // sparse_push's table holds only the keys it pushes again and again (the
+  // setup of ps-lite's benchmark). Every push gives a key the same gradient
+  // (a function of the key), so the result does not depend on the order in
+  // which the workers' pushes land, and the reference needs only how often
+  // each set was pushed.
+  void sparse_push_big_table() {
+    const size_t n = o_.sparse_keys, total = o_.big_table_keys;
+    const uint64_t stream = o_.seed * 4;  // a stream of its own table; the other cases use 4s + 1 .. 3
+    auto key_at = [&](uint64_t index) { return scramble((stream << 40) + index); };
+    auto grads_of = [](const std::vector<uint64_t>& keys) {
+      std::vector<float> g(keys.size());
+      for (size_t j = 0; j < keys.size(); ++j) g[j] = sparse_grad(static_cast<size_t>(keys[j]));
+      return g;
+    };
+    // Fill, every worker its share of chunks, a few pushes in flight each.
+    const auto f0 = Clock::now();
+    struct InFlight {
+      std::vector<uint64_t> keys;
+      std::vector<float> grads;
+      std::future<rdma::Status> done;
+    };
+    std::deque<InFlight> fill;
+    for (uint64_t first = 0, c = 0; first < total; first += n, ++c) {
+      if (fill.size() >= 4 * static_cast<size_t>(o_.workers)) {
+        check(fill.front().done.get(), "sparse_push_big_table: filling the table");
+        fill.pop_front();
+      }
+      InFlight f;
+      for (uint64_t i = first; i < std::min<uint64_t>(first + n, total); ++i) f.keys.push_back(key_at(i));
+      f.grads = grads_of(f.keys);
+      f.done = job_->worker(static_cast<uint32_t>(c % o_.workers)).push(kBigTable, f.keys, f.grads);
+      fill.push_back(std::move(f));
+    }
+    for (auto& f : fill) check(f.done.get(), "sparse_push_big_table: filling the table");
+    for (uint32_t w = 0; w < o_.workers; ++w) job_->settle(w, kBigTable);
+    const double fill_s = std::chrono::duration<double>(Clock::now() - f0).count();
+
+    // Disjoint key sets: set s, position j is key index a (s n + j) + b mod
+    // total, a bijection of [0, total) for a prime to total.
+    const size_t sets = std::max<size_t>(1, std::min<size_t>(8, total / n));
+    uint64_t a = 2654435761u;
+    while (std::gcd(a, static_cast<uint64_t>(total)) != 1) a += 2;
+    std::vector<std::vector<uint64_t>> set_keys(sets);
+    std::vector<std::vector<float>> set_grads(sets);
+    for (size_t s = 0; s < sets; ++s) {
+      set_keys[s].resize(n);
+      for (size_t j = 0; j < n; ++j) {
+        const auto pos = static_cast<unsigned __int128>(s * n + j);
+        set_keys[s][j] = key_at(static_cast<uint64_t>((pos * a + 12345) % total));
+      }
+      set_grads[s] = grads_of(set_keys[s]);
+    }
+    std::vector<std::vector<int64_t>> pushed(o_.workers, std::vector<int64_t>(sets, 0));
+    auto op = [&](uint32_t w, int i) {
+      const size_t s = (w + static_cast<size_t>(i)) % sets;
+      check(job_->worker(w).push(kBigTable, set_keys[s], set_grads[s]).get(), "sparse_push_big_table");
+      ++pushed[w][s];
+    };
+    auto drain = [&](uint32_t w) { job_->settle(w, kBigTable); };
+    run_workers(o_.workers, warmup(1), op, drain);
+    const Timing t = run_workers(o_.workers, budget(), op, drain);
+    if (o_.verify) {
+      for (size_t s = 0; s < sets; ++s) {
+        ps::SparseTable ref(adagrad_schema(kBigTable));
+        int64_t times = 1;  // the fill
+        for (uint32_t w = 0; w < o_.workers; ++w) times += pushed[w][s];
+        for (int64_t k = 0; k < times; ++k) (void)ref.push(set_keys[s], set_grads[s].data());
+        check_sparse(kBigTable, set_keys[s], ref, fmt::format("sparse_push_big_table (key set {})", s));
+      }
+      size_t held = 0;
+      for (uint32_t sv = 0; sv < job_->servers(); ++sv) held += job_->server(sv).sparse_table(kBigTable)->size();
+      if (held != total) {
+        throw CaseFailure(1, fmt::format("sparse_push_big_table: the servers hold {} keys, want {}", held, total));
+      }
+    }
+    const double keys_s = static_cast<double>(t.ops) * static_cast<double>(n) / t.elapsed_s;
+    BenchRecord r = record("sparse_push_big_table", keys_s, "keys/s", t.ops);
+    sparse_ceiling(r, n);
+    r.with("keys", n).with("table_keys", total).with("key_sets", sets).with("present", "yes")
+        .with("updater", "adagrad").with("in_flight", 1).with("key_order", "random")
+        .with("goal", kSparseGoal).with("goal_ratio", keys_s / kSparseGoal)
+        .with("mb_per_s", keys_s * kSparseWireBytesPerKey / 1e6)
+        .with("fill_keys_per_s", static_cast<double>(total) / fill_s)
+        .with("verified", verified());
+    report_.add(std::move(r));
+    log_ << fmt::format("{} sparse_push_big_table: {:.3g} keys/s, {} pushes of {} keys out of {} in the table "
+                        "(filled in {:.1f} s)\n",
+                        provider_, keys_s, t.ops, n, total, fill_s);
   }
 
   // Pulls `keys` from the servers and compares them bit for bit with `ref`.
@@ -747,6 +842,10 @@ std::string check_options(const KvBenchOptions& o) {
     if (s == 0 || s % kRowBytes != 0) return fmt::format("dense size {} is not a positive multiple of 4 KiB", s);
   }
   if (o.sparse_keys == 0) return "need at least one sparse key";
+  if (o.big_table_keys != 0 && o.big_table_keys < o.sparse_keys) {
+    return fmt::format("--big-table-keys {} is below --sparse-keys {} (0 skips sparse_push_big_table)",
+                       o.big_table_keys, o.sparse_keys);
+  }
   if (o.window < 0) return "window must be >= 0";
   if (o.case_seconds < 0.0 || o.min_iterations < 1 || o.max_iterations < o.min_iterations || o.max_insert_pushes < 1) {
     return "need case seconds >= 0, 1 <= min iterations <= max iterations, max insert pushes >= 1";

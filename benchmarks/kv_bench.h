@@ -109,6 +109,9 @@ struct KvBenchOptions {
   int max_iterations = 5000;    // per worker and case
   int max_insert_pushes = 40;   // per worker in sparse_push_insert (keys are generated beforehand)
   size_t memory_keys = 10000000;  // keys of the sparse_memory table; 0 skips the case
+  // Keys the servers hold in sparse_push_big_table (pushes of sparse_keys of
+  // them at random); 0 skips the case, else at least sparse_keys.
+  size_t big_table_keys = 10000000;
   bool verify = true;
   bool ceiling = true;          // run fi_pingpong for the secondary ceiling
   // Endpoints poll without sleeping and without progress threads, as bench

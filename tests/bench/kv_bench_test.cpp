@@ -24,6 +24,7 @@ KvBenchOptions tiny() {
   o.max_iterations = 3;
   o.max_insert_pushes = 3;
   o.memory_keys = 100000;
+  o.big_table_keys = 5000;  // two disjoint key sets of 2000
   o.fabric_iterations = 20;
   o.ceiling = false;  // fi_pingpong is not needed for the shape of the records
   o.timeout = std::chrono::milliseconds(20000);
@@ -64,7 +65,8 @@ TEST(KvBench, TinyRunVerifiesEveryCase) {
   ASSERT_EQ(measure_kv_memory(o, report, log), 0) << log.str();
   expect_all_cases(report, {"dense_push", "dense_pull", "dense_push_window", "dense_pull_window", "dense_read", "sparse_push",
                             "sparse_push_window", "sparse_push_sorted", "sparse_push_insert", "sparse_pull",
-                            "sparse_pull_sorted", "push_latency", "pull_latency", "sparse_memory"});
+                            "sparse_pull_sorted", "sparse_push_big_table", "push_latency", "pull_latency",
+                            "sparse_memory"});
   size_t dense = 0;
   for (const BenchRecord& r : report.records()) {
     if (r.case_name.rfind("dense_", 0) == 0) ++dense;
@@ -110,6 +112,11 @@ TEST(KvBench, BadOptionsAreRefused) {
   std::ostringstream out;
   EXPECT_EQ(run_kv_bench(o, out), 2);
   EXPECT_NE(out.str().find("multiple of 4 KiB"), std::string::npos) << out.str();
+  o = tiny();
+  o.big_table_keys = 1999;  // fewer than one push's 2000 keys
+  std::ostringstream out2;
+  EXPECT_EQ(run_kv_bench(o, out2), 2);
+  EXPECT_NE(out2.str().find("--big-table-keys 1999 is below --sparse-keys 2000"), std::string::npos) << out2.str();
 }
 
 }  // namespace

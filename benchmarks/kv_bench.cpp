@@ -643,7 +643,7 @@ class KvCases {
   // each set was pushed.
   void sparse_push_big_table() {
     const size_t n = o_.sparse_keys, total = o_.big_table_keys;
-    const uint64_t stream = o_.seed * 4;  // a stream of its own table; the other cases use 4s + 1 .. 3
+    const uint64_t stream = o_.seed * 4;  // keys need only be distinct within this table
     auto key_at = [&](uint64_t index) { return scramble((stream << 40) + index); };
     auto grads_of = [](const std::vector<uint64_t>& keys) {
       std::vector<float> g(keys.size());
@@ -673,8 +673,8 @@ class KvCases {
     for (uint32_t w = 0; w < o_.workers; ++w) job_->settle(w, kBigTable);
     const double fill_s = std::chrono::duration<double>(Clock::now() - f0).count();
 
-    // Disjoint key sets: set s, position j is key index a (s n + j) + b mod
-    // total, a bijection of [0, total) for a prime to total.
+    // Disjoint key sets: set s, position j is key index (a (s n + j) +
+    // 12345) mod total, a bijection of [0, total) for a prime to total.
     const size_t sets = std::max<size_t>(1, std::min<size_t>(8, total / n));
     uint64_t a = 2654435761u;
     while (std::gcd(a, static_cast<uint64_t>(total)) != 1) a += 2;

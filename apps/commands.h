@@ -30,5 +30,4 @@ void add_node_command(CLI::App& root, CommandContext& ctx);
 // stderr and exit status 1 (2 for std::invalid_argument: bad flags).
 int run_guarded(const char* command, const std::function<int()>& body);
 
-
 }  // namespace parafab::apps

@@ -65,9 +65,13 @@ uint64_t scramble(uint64_t x) {
   return z ^ (z >> 31);
 }
 
+// Key `index` of key stream `stream`: distinct streams and indices (below
+// 2^40) give distinct keys.
+uint64_t stream_key(uint64_t stream, uint64_t index) { return scramble((stream << 40) + index); }
+
 std::vector<uint64_t> make_keys(size_t n, uint64_t stream) {
   std::vector<uint64_t> keys(n);
-  for (size_t j = 0; j < n; ++j) keys[j] = scramble((stream << 40) + j);
+  for (size_t j = 0; j < n; ++j) keys[j] = stream_key(stream, j);
   return keys;
 }
 
@@ -644,7 +648,6 @@ class KvCases {
   void sparse_push_big_table() {
     const size_t n = o_.sparse_keys, total = o_.big_table_keys;
     const uint64_t stream = o_.seed * 4;  // keys need only be distinct within this table
-    auto key_at = [&](uint64_t index) { return scramble((stream << 40) + index); };
     auto grads_of = [](const std::vector<uint64_t>& keys) {
       std::vector<float> g(keys.size());
       for (size_t j = 0; j < keys.size(); ++j) g[j] = sparse_grad(static_cast<size_t>(keys[j]));
@@ -664,7 +667,7 @@ class KvCases {
         fill.pop_front();
       }
       InFlight f;
-      for (uint64_t i = first; i < std::min<uint64_t>(first + n, total); ++i) f.keys.push_back(key_at(i));
+      for (uint64_t i = first; i < std::min<uint64_t>(first + n, total); ++i) f.keys.push_back(stream_key(stream, i));
       f.grads = grads_of(f.keys);
       f.done = job_->worker(static_cast<uint32_t>(c % o_.workers)).push(kBigTable, f.keys, f.grads);
       fill.push_back(std::move(f));
@@ -684,7 +687,7 @@ class KvCases {
       set_keys[s].resize(n);
       for (size_t j = 0; j < n; ++j) {
         const auto pos = static_cast<unsigned __int128>(s * n + j);
-        set_keys[s][j] = key_at(static_cast<uint64_t>((pos * a + 12345) % total));
+        set_keys[s][j] = stream_key(stream, static_cast<uint64_t>((pos * a + 12345) % total));
       }
       set_grads[s] = grads_of(set_keys[s]);
     }
@@ -928,7 +931,7 @@ int measure_kv_memory(const KvBenchOptions& o, BenchReport& report, std::ostream
   auto table = std::make_unique<ps::SparseTable>(adagrad_schema(0));
   for (size_t done = 0; done < n; done += keys.size()) {
     const size_t m = std::min(keys.size(), n - done);
-    for (size_t j = 0; j < m; ++j) keys[j] = scramble(((o.seed * 4 + 3) << 40) + done + j);
+    for (size_t j = 0; j < m; ++j) keys[j] = stream_key(o.seed * 4 + 3, done + j);
     (void)table->push(std::span<const uint64_t>(keys.data(), m), grads.data());
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -111,7 +111,7 @@ size_t key_section_bytes(std::span<const uint64_t> keys, uint8_t flags) {
     }
     n += varint_bytes(i == 0 ? keys[0] : keys[i] - keys[i - 1]);
   }
-  return (n + 7) / 8 * 8;
+  return padded_varint_section(n);
 }
 
 size_t encoded_size(std::span<const uint64_t> keys, size_t payload_bytes, uint8_t flags) {

@@ -106,6 +106,9 @@ struct DecodedMessage {
 // std::invalid_argument, naming the position, when that flag is given and
 // the keys are not strictly increasing.
 size_t key_section_bytes(std::span<const uint64_t> keys, uint8_t flags);
+// A delta-varint key section of `varint_bytes` bytes of varints, with its
+// zero padding: the next multiple of 8.
+inline size_t padded_varint_section(size_t varint_bytes) { return (varint_bytes + 7) / 8 * 8; }
 // The LEB128 varint of v: its length (1 to 10), and writing it at out
 // (returns the byte after it).
 size_t varint_bytes(uint64_t v);

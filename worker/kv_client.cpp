@@ -201,7 +201,7 @@ class KeySections {
       bytes_[s] += ps::varint_bytes(keys[j] - prev_[s]);
       prev_[s] = keys[j];
     }
-    for (uint64_t& b : bytes_) b = (b + 7) / 8 * 8;
+    for (uint64_t& b : bytes_) b = ps::padded_varint_section(b);
     std::fill(prev_.begin(), prev_.end(), 0);
   }
   uint8_t flags() const { return varint_ ? ps::kFlagDeltaVarintKeys : ps::kFlagNone; }

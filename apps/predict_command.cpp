@@ -6,6 +6,7 @@
 
 #include "apps/commands.h"
 #include "apps/data_loading.h"
+#include "apps/evaluation_line.h"
 #include "apps/flag_checks.h"
 #include "kernels/memory.h"
 #include "worker/linear_model_file.h"
@@ -48,8 +49,7 @@ int run_predict_model(const PredictFlags& f) {
     std::fputc('\n', out);
   }
   if (std::fflush(out) != 0) throw std::runtime_error(fmt::format("--out {}: write failed", f.out));
-  std::printf("data (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f\n",
-              static_cast<unsigned long long>(e.examples), e.log_loss, e.auc, e.accuracy);
+  std::printf("%s\n", evaluation_line("data", e).c_str());
   std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size() / k, f.out.c_str());
   return 0;
 }
@@ -67,8 +67,7 @@ int run_predict(const PredictFlags& f) {
   std::vector<float> probs;
   const worker::Evaluation e = predictor.evaluate(csr, &probs);
   write_probabilities(f.out, probs);
-  std::printf("data (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f\n",
-              static_cast<unsigned long long>(e.examples), e.log_loss, e.auc, e.accuracy);
+  std::printf("%s\n", evaluation_line("data", e).c_str());
   std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size(), f.out.c_str());
   return 0;
 }

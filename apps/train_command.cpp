@@ -20,6 +20,7 @@
 #include "apps/cluster_node.h"
 #include "apps/commands.h"
 #include "apps/data_loading.h"
+#include "apps/evaluation_line.h"
 #include "apps/flag_checks.h"
 #include "kernels/memory.h"
 #include "ps/checkpoint.h"
@@ -300,8 +301,7 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
                   const worker::SlotCsr* train_csr, int threads, const worker::Dataset* loaded = nullptr) {
   if (train_csr != nullptr) {
     const worker::Evaluation tr = trainer.evaluate(*train_csr);
-    std::printf("train    (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f%s\n",
-                static_cast<unsigned long long>(tr.examples), tr.log_loss, tr.auc, tr.accuracy,
+    std::printf("%s%s\n", evaluation_line("train   ", tr).c_str(),
                 flags.model == "svm" ? fmt::format("  hinge {:.6f}", tr.hinge_loss).c_str() : "");
   }
   if (!flags.test.empty()) {
@@ -311,8 +311,7 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
     const worker::SlotCsr test_csr = worker::SlotCsr::build(test.view(), map, threads);
     std::vector<float> probs;
     const worker::Evaluation te = trainer.evaluate(test_csr, flags.predictions.empty() ? nullptr : &probs);
-    std::printf("held-out (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f%s\n",
-                static_cast<unsigned long long>(te.examples), te.log_loss, te.auc, te.accuracy,
+    std::printf("%s%s\n", evaluation_line("held-out", te).c_str(),
                 flags.model == "svm" ? fmt::format("  hinge {:.6f}", te.hinge_loss).c_str() : "");
     if (test_csr.dropped > 0)
       std::fprintf(stderr, "note: %llu test nonzeros have keys never seen in training (weight 0)\n",
@@ -510,8 +509,7 @@ void report_model_eval(const TrainFlags& flags, worker::ModelTrainer& trainer, c
                        const worker::ModelSpec& spec, MetricsOut& metrics, double seconds) {
   std::vector<float> probs;
   const worker::Evaluation te = trainer.evaluate(test, flags.predictions.empty() ? nullptr : &probs);
-  std::printf("held-out (%llu examples): log loss %.6f  AUC %.6f  accuracy %.6f\n",
-              static_cast<unsigned long long>(te.examples), te.log_loss, te.auc, te.accuracy);
+  std::printf("%s\n", evaluation_line("held-out", te).c_str());
   std::fflush(stdout);
   metrics.line(fmt::format(R"({{"event": "heldout", "seconds": {}, "examples": {}, "log_loss": {}, "auc": {}, "accuracy": {}}})",
                            json_number(seconds), te.examples, json_number(te.log_loss), json_number(te.auc),

@@ -846,6 +846,12 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--hash-bits", flags->hash_bits,
                   "Hash keys into 2^B weights; 0: exact indices when they are below 2^24, else 2^22 hashed")
       ->check(CLI::Range(0, 31))->capture_default_str();
+  cmd->add_option("--hot-slots", flags->opt.hot_slots,
+                  "lr/svm in one process, --threads > 1: each thread keeps its own copies of the bias and of "
+                  "the N-1 most frequent weights, summed into the model every few thousand rows, so the threads "
+                  "do not trade those weights' cache lines on every row (0: plain Hogwild, every weight shared)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--seed", flags->opt.seed, "Seed of the batch order")->capture_default_str();
   cmd->add_flag("!--no-shuffle", flags->opt.shuffle, "Keep the batch order of the file in every epoch");
   cmd->add_option("--cache", flags->cache,

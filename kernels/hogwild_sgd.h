@@ -10,6 +10,19 @@
 // (the algorithm tolerates that, Niu et al. 2011), but there is no data race
 // in the C++ sense, so sanitizers stay clean. With adagrad the step of
 // coordinate j is lr / sqrt(g2[j] + eps), g2 accumulating squared gradients.
+//
+// On a CPU, Hogwild's threads write the most frequent weights (and the bias)
+// on nearly every row, so those weights' cache lines move between the cores
+// on every write; with power-law features that can make two threads slower
+// than one. hogwild_sgd_parts gives each thread (part) its own copies of those
+// hot weights, and merge_hot_copies folds the parts' updates back:
+//
+//   kernels::HotCopies hot{.n_hot = h, .parts = 2, .stride = s, .w = wc, .g2 = gc};
+//   kernels::fill_hot_copies(hot, hot_slots, w, g2);        // copies = w[hot_slots]
+//   for (each round of rows) {
+//     loss += kernels::hogwild_sgd_parts(p, round, w, g2, n_slots, hot);
+//     kernels::merge_hot_copies(hot, hot_slots, w, g2);     // w[hot_slots] += the parts' deltas
+//   }
 #pragma once
 
 #include <cstdint>
@@ -31,5 +44,33 @@ struct SgdParams {
 // weights it read, before its own update (VW's "progressive validation").
 [[nodiscard]] double hogwild_sgd(const SgdParams& params, const CsrBatch& batch, float* w,
                                  float* g2, int64_t n_slots);
+
+// Per-part copies of the hot slots. In a batch for hogwild_sgd_parts, slot
+// n_slots + r (0 <= r < n_hot, in cols or as bias_slot) names hot slot r,
+// whose copy for part p is w[p * stride + r] (and g2[p * stride + r]).
+struct HotCopies {
+  int64_t n_hot = 0;
+  int64_t parts = 1;   // the batch's rows split into this many contiguous ranges
+  int64_t stride = 0;  // >= n_hot; a multiple of 16 keeps parts off each other's cache lines
+  float* w = nullptr;  // parts * stride
+  float* g2 = nullptr; // parts * stride; needed with adagrad
+};
+
+// Part p runs rows [n_rows * p / parts, n_rows * (p + 1) / parts) in order,
+// one Hogwild step each (as hogwild_sgd), against the shared w[0, n_slots)
+// and its own copies of the hot slots; the parts run in parallel. Returns the
+// summed progressive loss. Meant for the host backend (a part is one thread).
+[[nodiscard]] double hogwild_sgd_parts(const SgdParams& params, const CsrBatch& batch, float* w,
+                                       float* g2, int64_t n_slots, const HotCopies& hot);
+
+// Sets every part's copy of hot slot r to w[slots[r]] (and g2[slots[r]]).
+// slots (n_hot of them) in backend memory; g2 may be null without adagrad.
+void fill_hot_copies(const HotCopies& hot, const uint32_t* slots, const float* w, const float* g2);
+
+// Folds the parts' updates into the model: for each hot slot r,
+//   w[slots[r]] = copy_0 + sum over p >= 1 of (copy_p - w[slots[r]])
+// (the start value plus every part's change; with one part, the copy itself),
+// the same for g2 when both are given, then refills every copy from the result.
+void merge_hot_copies(const HotCopies& hot, const uint32_t* slots, float* w, float* g2);
 
 }  // namespace parafab::kernels

@@ -16,6 +16,7 @@
 #include "parafab/config.h"
 #include "ps/key_hash.h"
 #include "worker/batch_schedule.h"
+#include "worker/hot_slots.h"
 
 namespace parafab::worker {
 namespace {
@@ -38,8 +39,11 @@ class BackendCsr {
     }
   }
   // Rows [begin, end). row_ptr holds absolute offsets, so a batch is a view.
-  kernels::CsrBatch rows(int64_t begin, int64_t end, int64_t bias_slot) const {
+  // cols, when given, replaces the columns (the same length, backend memory).
+  kernels::CsrBatch rows(int64_t begin, int64_t end, int64_t bias_slot,
+                         const uint32_t* cols = nullptr) const {
     kernels::CsrBatch b = base_;
+    if (cols != nullptr) b.cols = cols;
     b.row_ptr += begin;
     b.labels += begin;
     b.n_rows = end - begin;
@@ -55,6 +59,52 @@ class BackendCsr {
   kernels::DeviceArray<float> vals_;
   kernels::DeviceArray<float> labels_;
   kernels::CsrBatch base_;
+};
+
+// Hogwild with per-thread copies of the hot slots (TrainOptions::hot_slots):
+// a batch runs in rounds of threads * merge_rows rows, each round one
+// hogwild_sgd_parts call (a part per thread) and a merge of the copies.
+// Host backend only: its arrays are host vectors.
+class HotCopyTrainer {
+ public:
+  HotCopyTrainer(const SlotCsr& data, const SlotMap& map, const TrainOptions& o, float* w, float* g2)
+      : found_(find_hot_slots(data, map.bias_slot(), map.slots_with_bias(), o.hot_slots, o.threads)),
+        n_slots_(static_cast<int64_t>(map.slots_with_bias())),
+        parts_(o.threads),
+        merge_rows_(static_cast<int64_t>(o.merge_rows)),
+        w_(w),
+        g2_(g2) {
+    const auto n_hot = static_cast<int64_t>(found_.slots.size());
+    const int64_t stride = (n_hot + 15) / 16 * 16;
+    copies_w_.resize(static_cast<size_t>(parts_ * stride));
+    if (g2 != nullptr) copies_g2_.resize(static_cast<size_t>(parts_ * stride));
+    hot_ = {n_hot, parts_, stride, copies_w_.data(), g2 != nullptr ? copies_g2_.data() : nullptr};
+    kernels::fill_hot_copies(hot_, found_.slots.data(), w_, g2_);
+  }
+
+  // Rows [lo, hi); returns their progressive loss. The model is whole after.
+  double train(const kernels::SgdParams& params, const BackendCsr& csr, int64_t lo, int64_t hi) {
+    double loss = 0;
+    const uint32_t* cols = found_.cols.size() == 0 ? nullptr : found_.cols.data();
+    const int64_t bias = n_slots_;  // the bias is hot slot 0
+    for (int64_t r = lo; r < hi; r += parts_ * merge_rows_) {
+      const int64_t end = std::min(hi, r + parts_ * merge_rows_);
+      loss += kernels::hogwild_sgd_parts(params, csr.rows(r, end, bias, cols), w_, g2_, n_slots_, hot_);
+      kernels::merge_hot_copies(hot_, found_.slots.data(), w_, g2_);
+    }
+    return loss;
+  }
+
+ private:
+  HotSlots found_;
+  int64_t n_slots_;
+  int64_t parts_;
+  int64_t merge_rows_;
+  float* w_;
+  float* g2_;
+  std::vector<float> copies_w_;
+  std::vector<float> copies_g2_;
+  kernels::HotCopies hot_;
 };
 
 void check_slots(const SlotCsr& data, const SlotMap& map) {
@@ -80,6 +130,10 @@ void validate_train_options(const TrainOptions& o) {
   if (!(o.lr > 0) || !std::isfinite(o.lr)) throw std::invalid_argument(fmt::format("--lr must be a positive number, got {}", o.lr));
   if (!(o.l2 >= 0) || !std::isfinite(o.l2)) throw std::invalid_argument(fmt::format("--l2 must be >= 0, got {}", o.l2));
   if (o.batch_rows < 1) throw std::invalid_argument("--batch-size must be >= 1");
+  if (o.hot_slots > (uint64_t{1} << 20)) {
+    throw std::invalid_argument(fmt::format("--hot-slots must be <= 1048576, got {}", o.hot_slots));
+  }
+  if (o.merge_rows < 1) throw std::invalid_argument("merge_rows must be >= 1");
 }
 
 LocalTrainer::LocalTrainer(const TrainOptions& options, const SlotMap& map)
@@ -114,6 +168,13 @@ std::vector<double> LocalTrainer::train(const SlotCsr& data,
   params.l2 = options_.l2;
   params.adagrad = options_.adagrad;
 
+  const auto n_slots = static_cast<int64_t>(map_.slots_with_bias());
+  std::unique_ptr<HotCopyTrainer> hot;
+  if (!PARAFAB_CUDA && options_.threads > 1 && options_.hot_slots > 0 && n > 0) {
+    hot = std::make_unique<HotCopyTrainer>(data, map_, options_, state_->w.data(),
+                                           options_.adagrad ? state_->g2.data() : nullptr);
+  }
+
   ProgressReporter report(on_progress, options_.progress_seconds, static_cast<uint64_t>(n));
   std::vector<double> epoch_losses;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
@@ -131,9 +192,9 @@ std::vector<double> LocalTrainer::train(const SlotCsr& data,
     uint64_t seen = 0;
     for (int64_t b = 0; b < n_batches; ++b) {
       const int64_t lo = order[b] * batch, hi = std::min(n, lo + batch);
-      loss_sum += kernels::hogwild_sgd(params, csr.rows(lo, hi, map_.bias_slot()), state_->w.data(),
-                                       options_.adagrad ? state_->g2.data() : nullptr,
-                                       static_cast<int64_t>(map_.slots_with_bias()));
+      loss_sum += hot ? hot->train(params, csr, lo, hi)
+                      : kernels::hogwild_sgd(params, csr.rows(lo, hi, map_.bias_slot()), state_->w.data(),
+                                             options_.adagrad ? state_->g2.data() : nullptr, n_slots);
       seen += static_cast<uint64_t>(hi - lo);
       report.update(seen, loss_sum, b + 1 == n_batches);
     }

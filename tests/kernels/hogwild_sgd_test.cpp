@@ -3,7 +3,9 @@
 // several threads (or a GPU) only the outcome is checked: on a planted,
 // separable problem the loss must fall. A GPU build also runs the exact
 // comparison on a batch whose rows touch disjoint slots, where the order of
-// the rows cannot matter.
+// the rows cannot matter. hogwild_sgd_parts (per-part copies of hot slots)
+// is compared with its own float64 reference on batches whose parts share
+// only the hot slots.
 #include "kernels/hogwild_sgd.h"
 
 #include <gtest/gtest.h>
@@ -228,6 +230,161 @@ TEST_F(HogwildTest, ParallelEpochsReduceLossOnSeparableData) {
       EXPECT_GT(static_cast<double>(correct) / static_cast<double>(rows), 0.9) << what;
     }
   }
+}
+
+// hogwild_sgd_parts: each part's rows name cold slots of their own and the
+// shared hot slots (as n_slots + r, the bias among them). The parts then
+// interact only through the merge, so on any number of threads the result is
+// this float64 reference: each part runs sequential SGD over its rows from the
+// start values with its own copy of the hot slots; the merge sets each hot
+// slot to copy_0 + sum over p >= 1 of (copy_p - start).
+TEST_F(HogwildTest, PartsWithHotCopiesMatchTheirReference) {
+  const int64_t width = 8;  // cold slots [p * width, (p + 1) * width) belong to part p
+  const int64_t n_hot = 5;  // hot slot 4 is the bias
+  for (const int threads : {1, 2, 4}) {
+    set_host_threads(threads);
+    for (const int64_t parts : {1, 2, 3, 4}) {
+      for (const bool adagrad : {false, true}) {
+        const int64_t n_slots = parts * width + n_hot;  // hot r lives at parts * width + r
+        HostBatch hb;
+        hb.bias_slot = n_slots + 4;
+        std::mt19937_64 rng(static_cast<uint64_t>(parts * 10 + threads) + (adagrad ? 5 : 0));
+        const int64_t rows = 120;
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t part = [&] {
+            int64_t p = 0;
+            while (i >= rows * (p + 1) / parts) ++p;
+            return p;
+          }();
+          const int len = static_cast<int>(rng() % 9);
+          for (int k = 0; k < len; ++k) {
+            const bool hot = rng() % 2 == 0;
+            hb.cols.push_back(static_cast<uint32_t>(
+                hot ? n_slots + static_cast<int64_t>(rng() % 4)
+                    : part * width + static_cast<int64_t>(rng() % width)));
+            hb.vals.push_back(static_cast<float>(static_cast<double>(rng() % 2001) / 1000.0 - 1.0));
+          }
+          hb.row_ptr.push_back(hb.cols.size());
+          hb.labels.push_back(rng() % 2 == 0 ? 1.0f : 0.0f);
+        }
+        SgdParams p;
+        p.loss = adagrad ? Loss::kLogistic : Loss::kHinge;
+        p.lr = adagrad ? 0.1f : 0.02f;
+        p.l2 = 1e-3f;
+        p.adagrad = adagrad;
+        const std::vector<float> w0 = testing::random_weights(n_slots, 0.5, 3);
+        const std::vector<float> g20(static_cast<size_t>(n_slots), adagrad ? 0.25f : 0.0f);
+        std::vector<uint32_t> hot_slots;
+        for (int64_t r = 0; r < n_hot; ++r) hot_slots.push_back(static_cast<uint32_t>(parts * width + r));
+
+        // The reference, in slots [0, n_slots + n_hot): the tail is a part's copy.
+        std::vector<double> w(w0.begin(), w0.end()), g2(g20.begin(), g20.end());
+        std::vector<double> merged_w(static_cast<size_t>(n_hot)), merged_g2(static_cast<size_t>(n_hot));
+        double want_loss = 0.0;
+        for (int64_t part = 0; part < parts; ++part) {
+          HostBatch sub;
+          sub.bias_slot = hb.bias_slot;
+          for (int64_t i = rows * part / parts; i < rows * (part + 1) / parts; ++i) {
+            for (uint64_t k = hb.row_ptr[static_cast<size_t>(i)]; k < hb.row_ptr[static_cast<size_t>(i) + 1]; ++k) {
+              sub.cols.push_back(hb.cols[k]);
+              sub.vals.push_back(hb.vals[k]);
+            }
+            sub.row_ptr.push_back(sub.cols.size());
+            sub.labels.push_back(hb.labels[static_cast<size_t>(i)]);
+          }
+          std::vector<double> we(w.begin(), w.begin() + n_slots), ge(g2.begin(), g2.begin() + n_slots);
+          for (const uint32_t s : hot_slots) {
+            we.push_back(w0[s]);
+            ge.push_back(g20[s]);
+          }
+          want_loss += sequential_sgd(p, sub, we, ge);
+          for (int64_t j = part * width; j < (part + 1) * width; ++j) {
+            w[static_cast<size_t>(j)] = we[static_cast<size_t>(j)];
+            g2[static_cast<size_t>(j)] = ge[static_cast<size_t>(j)];
+          }
+          for (int64_t r = 0; r < n_hot; ++r) {
+            const auto copy = static_cast<size_t>(n_slots + r);
+            const double start_w = w0[hot_slots[static_cast<size_t>(r)]];
+            const double start_g2 = g20[hot_slots[static_cast<size_t>(r)]];
+            merged_w[static_cast<size_t>(r)] += part == 0 ? we[copy] : we[copy] - start_w;
+            merged_g2[static_cast<size_t>(r)] += part == 0 ? ge[copy] : ge[copy] - start_g2;
+          }
+        }
+        for (int64_t r = 0; r < n_hot; ++r) {
+          w[hot_slots[static_cast<size_t>(r)]] = merged_w[static_cast<size_t>(r)];
+          g2[hot_slots[static_cast<size_t>(r)]] = merged_g2[static_cast<size_t>(r)];
+        }
+
+        const int64_t stride = 16;
+        DeviceArray<float> copies_w(static_cast<size_t>(parts * stride));
+        DeviceArray<float> copies_g2(static_cast<size_t>(parts * stride));
+        const HotCopies hot{n_hot, parts, stride, copies_w.data(), copies_g2.data()};
+        const DeviceArray<uint32_t> d_hot_slots(hot_slots);
+        DeviceArray<float> dw(w0), dg2(g20);
+        float* g2p = adagrad ? dg2.data() : nullptr;
+        fill_hot_copies(hot, d_hot_slots.data(), dw.data(), g2p);
+        const DeviceBatch db(hb);
+        const double got_loss = hogwild_sgd_parts(p, db.batch(), dw.data(), g2p, n_slots, hot);
+        merge_hot_copies(hot, d_hot_slots.data(), dw.data(), g2p);
+
+        const std::string what = "threads=" + std::to_string(threads) + " parts=" +
+                                 std::to_string(parts) + (adagrad ? " adagrad" : " sgd");
+        EXPECT_NEAR(got_loss, want_loss, 2e-5 * (1.0 + std::fabs(want_loss))) << what;
+        const std::vector<float> gw = dw.to_host(), gg2 = dg2.to_host();
+        const std::vector<float> cw = copies_w.to_host(), cg2 = copies_g2.to_host();
+        auto close = [](double got, double want) { return std::fabs(got - want) <= 2e-5 * (1.0 + std::fabs(want)); };
+        int bad = 0;
+        for (int64_t j = 0; j < n_slots && bad < 5; ++j) {
+          const auto u = static_cast<size_t>(j);
+          if (!close(gw[u], w[u])) {
+            ++bad;
+            ADD_FAILURE() << what << ": w[" << j << "] = " << gw[u] << ", want " << w[u];
+          }
+          if (adagrad && !close(gg2[u], g2[u])) {
+            ++bad;
+            ADD_FAILURE() << what << ": g2[" << j << "] = " << gg2[u] << ", want " << g2[u];
+          }
+        }
+        // After the merge every copy holds the merged value.
+        for (int64_t q = 0; q < parts; ++q) {
+          for (int64_t r = 0; r < n_hot; ++r) {
+            const auto c = static_cast<size_t>(q * stride + r);
+            EXPECT_EQ(cw[c], gw[hot_slots[static_cast<size_t>(r)]]) << what << " part " << q << " hot " << r;
+            if (adagrad) {
+              EXPECT_EQ(cg2[c], gg2[hot_slots[static_cast<size_t>(r)]]) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(HogwildTest, RejectsBadHotCopies) {
+  const DeviceArray<uint64_t> row_ptr(std::vector<uint64_t>{0});
+  DeviceArray<float> w(4), copies(32);
+  const DeviceArray<uint32_t> slots(std::vector<uint32_t>{0, 1});
+  SgdParams p;
+  p.adagrad = false;
+  const CsrBatch empty{row_ptr.data(), nullptr, nullptr, nullptr, 0, -1};
+  const HotCopies good{2, 2, 16, copies.data(), nullptr};
+  EXPECT_EQ(hogwild_sgd_parts(p, empty, w.data(), nullptr, 4, good), 0.0);
+  // The bias may name a hot copy (4 + 1) but nothing past them.
+  const CsrBatch hot_bias{row_ptr.data(), nullptr, nullptr, nullptr, 0, 5};
+  EXPECT_EQ(hogwild_sgd_parts(p, hot_bias, w.data(), nullptr, 4, good), 0.0);
+  const CsrBatch past{row_ptr.data(), nullptr, nullptr, nullptr, 0, 6};
+  EXPECT_THROW((void)hogwild_sgd_parts(p, past, w.data(), nullptr, 4, good), std::invalid_argument);
+  for (const HotCopies bad : {HotCopies{2, 0, 16, copies.data(), nullptr},
+                              HotCopies{2, 2, 1, copies.data(), nullptr},
+                              HotCopies{-1, 2, 16, copies.data(), nullptr},
+                              HotCopies{2, 2, 16, nullptr, nullptr}}) {
+    EXPECT_THROW((void)hogwild_sgd_parts(p, empty, w.data(), nullptr, 4, bad), std::invalid_argument);
+    EXPECT_THROW(merge_hot_copies(bad, slots.data(), w.data(), nullptr), std::invalid_argument);
+  }
+  p.adagrad = true;  // needs the copies' accumulators too
+  DeviceArray<float> g2(4);
+  EXPECT_THROW((void)hogwild_sgd_parts(p, empty, w.data(), g2.data(), 4, good), std::invalid_argument);
+  EXPECT_THROW(fill_hot_copies(good, slots.data(), w.data(), g2.data()), std::invalid_argument);
 }
 
 TEST_F(HogwildTest, RejectsMissingAdagradStateAndBadBias) {

@@ -3,11 +3,14 @@
 //
 //   held-out (50000 examples): log loss 0.574134  AUC 0.766840  accuracy 0.695440
 //
+// A set with examples of one class only has no AUC: "AUC n/a (one class)".
+//
 //   std::printf("%s\n", apps::evaluation_line("held-out", e).c_str());
 #pragma once
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <string>
 #include <string_view>
 
@@ -16,8 +19,9 @@
 namespace parafab::apps {
 
 inline std::string evaluation_line(std::string_view label, const worker::Evaluation& e) {
-  return fmt::format("{} ({} examples): log loss {:.6f}  AUC {:.6f}  accuracy {:.6f}", label, e.examples, e.log_loss,
-                     e.auc, e.accuracy);
+  const std::string auc = std::isnan(e.auc) ? "n/a (one class)" : fmt::format("{:.6f}", e.auc);
+  return fmt::format("{} ({} examples): log loss {:.6f}  AUC {}  accuracy {:.6f}", label, e.examples, e.log_loss, auc,
+                     e.accuracy);
 }
 
 }  // namespace parafab::apps

@@ -38,6 +38,15 @@
 namespace parafab::apps {
 namespace {
 
+// "worker W: N examples/s; pushed ... MB, pulled ... MB, R requests, ... MB sent",
+// the start of a distributed worker's summary line.
+std::string worker_traffic(uint32_t w, double examples_per_second, const worker::KvClientStats& st,
+                           uint64_t bytes_sent) {
+  return fmt::format("worker {}: {:.0f} examples/s; pushed {:.1f} MB, pulled {:.1f} MB, {} requests, {:.1f} MB sent", w,
+                     examples_per_second, st.push_bytes / 1e6, st.pull_bytes / 1e6, st.requests,
+                     static_cast<double>(bytes_sent) / 1e6);
+}
+
 // Servers that came back under their rank during the job, and what this
 // worker sent them again.
 void report_rejoins(uint32_t w, const worker::KvClientStats& st) {
@@ -494,10 +503,10 @@ int run_distributed_train(TrainFlags flags) {
     report_model(flags, evaluator, map, &train_csr, opt.threads);
   }
   const worker::KvClientStats st = kv.stats();
-  std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests, %.1f MB sent\n", w,
-               train_s > 0 ? static_cast<double>(my_examples) / train_s : 0.0, st.push_bytes / 1e6,
-               st.pull_bytes / 1e6, static_cast<unsigned long long>(st.requests),
-               static_cast<double>(node.endpoint->stats().bytes_sent) / 1e6);
+  std::fprintf(stderr, "%s\n",
+               worker_traffic(w, train_s > 0 ? static_cast<double>(my_examples) / train_s : 0.0, st,
+                              node.endpoint->stats().bytes_sent)
+                   .c_str());
   report_rejoins(w, st);
   node.client->done();
   (void)node.client->wait_for_shutdown(join_timeout(flags.cluster));
@@ -741,10 +750,9 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
   const double eps = train_s > 0 ? static_cast<double>(my_examples) / train_s : 0;
   if (distributed) {
     const worker::KvClientStats ks = kv->stats();
-    std::fprintf(stderr, "worker %u: %.0f examples/s; pushed %.1f MB, pulled %.1f MB, %llu requests, %.1f MB sent; "
-                 "staleness of its pulls [0..%zu]: %s; mean step scale %.3f\n",
-                 w, eps, ks.push_bytes / 1e6, ks.pull_bytes / 1e6, static_cast<unsigned long long>(ks.requests),
-                 static_cast<double>(node->endpoint->stats().bytes_sent) / 1e6, last, hist.c_str(), st.mean_scale);
+    std::fprintf(stderr, "%s; staleness of its pulls [0..%zu]: %s; mean step scale %.3f\n",
+                 worker_traffic(w, eps, ks, node->endpoint->stats().bytes_sent).c_str(), last, hist.c_str(),
+                 st.mean_scale);
     if (one_sided_mlp) {
       std::fprintf(stderr, "worker %u: MLP shards read one-sided %llu times, pulled by message %llu times (beyond the "
                    "bound, or its own push not yet answered), %llu reads retried under a push\n",

@@ -29,10 +29,10 @@ struct Run {
 Run parse(const std::string& out) {
   Run r;
   std::smatch m;
-  static const std::regex held(R"(held-out \(\d+ examples\): log loss ([0-9.]+)  AUC ([0-9.na]+))");
+  static const std::regex held(R"(held-out \(\d+ examples\): log loss ([0-9.]+)  AUC ([0-9.]+|n/a))");
   if (!std::regex_search(out, m, held)) return r;
   r.log_loss = std::stod(m[1]);
-  r.auc = m[2] == "nan" ? 0 : std::stod(m[2]);
+  r.auc = m[2] == "n/a" ? 0 : std::stod(m[2]);
   static const std::regex one(R"(trained in [0-9.]+ s: ([0-9.]+) examples/s)");
   static const std::regex job(R"(job: \d+ examples by \d+ workers in [0-9.]+ s: ([0-9.]+) examples/s in total)");
   if (std::regex_search(out, m, one) || std::regex_search(out, m, job)) r.examples_per_second = std::stod(m[1]);

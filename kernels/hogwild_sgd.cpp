@@ -130,8 +130,8 @@ struct HogwildPart {
   }
 };
 
-template <Loss L, bool kVals>
-HogwildRow<L, kVals, false> plain_row(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
+template <Loss L, bool kVals, bool kHot>
+HogwildRow<L, kVals, kHot> make_row(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
   uint64_t nnz_end = 0;
 #if !PARAFAB_CUDA
   nnz_end = b.row_ptr[b.n_rows];  // host memory on this backend
@@ -144,16 +144,14 @@ template <Loss L, bool kVals>
 double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
   return thrust::transform_reduce(detail::policy(), thrust::counting_iterator<int64_t>(0),
                                   thrust::counting_iterator<int64_t>(b.n_rows),
-                                  plain_row<L, kVals>(p, b, w, g2), 0.0, thrust::plus<double>());
+                                  make_row<L, kVals, false>(p, b, w, g2), 0.0,
+                                  thrust::plus<double>());
 }
 
 template <Loss L, bool kVals>
 double run_parts(const SgdParams& p, const CsrBatch& b, float* w, float* g2, int64_t n_slots,
                  const HotCopies& hot) {
-  const HogwildRow<L, kVals, false> plain = plain_row<L, kVals>(p, b, w, g2);
-  HogwildRow<L, kVals, true> row{plain.row_ptr, plain.cols,    plain.vals,    plain.labels,
-                                 plain.bias_slot, plain.w,     plain.g2,      plain.lr,
-                                 plain.l2,      plain.eps,     plain.adagrad, plain.nnz_end};
+  HogwildRow<L, kVals, true> row = make_row<L, kVals, true>(p, b, w, g2);
   row.hot_base = n_slots;
   row.w_hot = hot.w;
   row.g2_hot = hot.g2;
@@ -198,13 +196,12 @@ struct MergeHot {
   int64_t parts;
   int64_t stride;
 
-  PARAFAB_HD static float fold(float* model, float* copies, int64_t r, int64_t parts, int64_t stride) {
+  PARAFAB_HD static void fold(float* model, float* copies, int64_t r, int64_t parts, int64_t stride) {
     const float start = *model;
     float v = copies[r];
     for (int64_t p = 1; p < parts; ++p) v += copies[p * stride + r] - start;
     *model = v;
     for (int64_t p = 0; p < parts; ++p) copies[p * stride + r] = v;
-    return v;
   }
   PARAFAB_HD void operator()(int64_t r) const {
     const uint32_t s = slots[r];

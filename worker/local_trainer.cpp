@@ -64,7 +64,7 @@ class BackendCsr {
 // Hogwild with per-thread copies of the hot slots (TrainOptions::hot_slots):
 // a batch runs in rounds of threads * merge_rows rows, each round one
 // hogwild_sgd_parts call (a part per thread) and a merge of the copies.
-// Host backend only: its arrays are host vectors.
+// Host backend only: find_hot_slots writes its arrays on the host.
 class HotCopyTrainer {
  public:
   HotCopyTrainer(const SlotCsr& data, const SlotMap& map, const TrainOptions& o, float* w, float* g2)
@@ -76,8 +76,10 @@ class HotCopyTrainer {
         g2_(g2) {
     const auto n_hot = static_cast<int64_t>(found_.slots.size());
     const int64_t stride = (n_hot + 15) / 16 * 16;
-    copies_w_.resize(static_cast<size_t>(parts_ * stride));
-    if (g2 != nullptr) copies_g2_.resize(static_cast<size_t>(parts_ * stride));
+    // Backend memory starts on a 64-byte line, so with the padded stride no
+    // two parts' copies share one.
+    copies_w_ = kernels::DeviceArray<float>(static_cast<size_t>(parts_ * stride));
+    if (g2 != nullptr) copies_g2_ = kernels::DeviceArray<float>(static_cast<size_t>(parts_ * stride));
     hot_ = {n_hot, parts_, stride, copies_w_.data(), g2 != nullptr ? copies_g2_.data() : nullptr};
     kernels::fill_hot_copies(hot_, found_.slots.data(), w_, g2_);
   }
@@ -102,8 +104,8 @@ class HotCopyTrainer {
   int64_t merge_rows_;
   float* w_;
   float* g2_;
-  std::vector<float> copies_w_;
-  std::vector<float> copies_g2_;
+  kernels::DeviceArray<float> copies_w_;
+  kernels::DeviceArray<float> copies_g2_;
   kernels::HotCopies hot_;
 };
 

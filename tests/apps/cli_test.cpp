@@ -276,6 +276,17 @@ TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   EXPECT_TRUE(contains(again.out, "mapped")) << again.out;
 }
 
+// A held-out set of one class has no AUC; the line says so instead of "nan".
+TEST_F(Cli, AOneClassHeldOutSetHasNoAuc) {
+  const std::string test = dir_->file("positives.svm");
+  std::ofstream(test) << "1 1:1 2:1\n1 3:1\n1 4:1\n";
+  const CmdResult r = run_cli("train --train " + dir_->file("train.svm") + " --test " + test + " --epochs 1 --quiet");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "held-out (3 examples): log loss ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  AUC n/a (one class)  accuracy ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "nan")) << r.out;
+}
+
 TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
   const std::string bad = dir_->file("bad.svm");
   std::ofstream(bad) << "1 1:1 2:1\n-1 3:1\n1 4:x\n-1 5:1\n";

@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "parafab/config.h"
+#include "worker/parallel_ranges.h"
 
 namespace parafab::worker {
 namespace {
 
 constexpr size_t kSampleRows = 8192;
+constexpr uint64_t kDenseSlots = uint64_t{1} << 24;  // models up to 2^24 slots rename by a table
 
-// Slot -> rank of the few hot slots: open addressing at load <= 1/8, so the
-// lookup of a cold slot (most nonzeros) stays in L1 or L2 and nearly always
-// ends at its first probe; that first probe is branch-free.
+// Slot -> rank of the few hot slots when the model is too large for a table
+// indexed by slot (below): open addressing at load <= 1/8, so the lookup of a
+// cold slot (most nonzeros) stays in L1 or L2 and nearly always ends at its
+// first probe; that first probe is branch-free.
 class HotIndex {
  public:
   explicit HotIndex(const std::vector<uint32_t>& slots)
@@ -86,8 +88,7 @@ HotSlots find_hot_slots(const SlotCsr& data, uint32_t bias_slot, uint64_t n_slot
   for (size_t r = 0; r < take; ++r) hot.slots.push_back(counted[r].second);
   if (hot.slots.size() == 1) return hot;
 
-  // The renamed columns, rows split among the threads.
-  const HotIndex index(hot.slots);
+  // The renamed columns, the nonzeros split among the threads.
   const auto base = static_cast<uint32_t>(n_slots);
   const size_t nnz = data.cols.size();
   // Backend memory is uninitialised and, at this size, on huge pages: the
@@ -95,18 +96,28 @@ HotSlots find_hot_slots(const SlotCsr& data, uint32_t bias_slot, uint64_t n_slot
   // 40M nonzeros than a zero-filled vector).
   hot.cols = kernels::DeviceArray<uint32_t>(nnz);
   uint32_t* out = hot.cols.data();
-  const auto parts = static_cast<size_t>(std::max(1, threads));
-  auto rename = [&](size_t lo, size_t hi) {
+  if (n_slots <= kDenseSlots && hot.slots.size() <= 0xffff) {
+    // rank + 1 by slot, 0 when cold: 2 bytes a slot (2 MiB for 2^20 slots),
+    // a third faster than the hash table here (40M nonzeros: 0.07 s, 0.11 s).
+    std::vector<uint16_t> rank(n_slots, 0);
+    for (size_t r = 0; r < hot.slots.size(); ++r) rank[hot.slots[r]] = static_cast<uint16_t>(r + 1);
+    parallel_ranges(nnz, threads, [&](size_t lo, size_t hi) {
+      for (size_t k = lo; k < hi; ++k) {
+        const uint32_t c = data.cols[k];
+        const uint32_t r = rank[c];
+        out[k] = r == 0 ? c : base + r - 1;
+      }
+    });
+    return hot;
+  }
+  const HotIndex index(hot.slots);
+  parallel_ranges(nnz, threads, [&](size_t lo, size_t hi) {
     for (size_t k = lo; k < hi; ++k) {
       const uint32_t c = data.cols[k];
       const uint32_t r = index.find(c);
       out[k] = r == HotIndex::kCold ? c : base + r;
     }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < parts; ++t) pool.emplace_back(rename, nnz * t / parts, nnz * (t + 1) / parts);
-  rename(0, nnz / parts);
-  for (auto& th : pool) th.join();
+  });
   return hot;
 }
 

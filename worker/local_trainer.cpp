@@ -1,6 +1,7 @@
 #include "worker/local_trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include "ps/key_hash.h"
 #include "worker/batch_schedule.h"
 #include "worker/hot_slots.h"
+#include "worker/parallel_ranges.h"
 
 namespace parafab::worker {
 namespace {
@@ -109,13 +111,21 @@ class HotCopyTrainer {
   kernels::HotCopies hot_;
 };
 
-void check_slots(const SlotCsr& data, const SlotMap& map) {
+void check_slots(const SlotCsr& data, const SlotMap& map, int threads) {
   if (data.row_ptr.size() != data.rows() + 1 || data.row_ptr.back() != data.cols.size() ||
       (!data.vals.empty() && data.vals.size() != data.cols.size()))
     throw std::invalid_argument("LocalTrainer: inconsistent CSR arrays");
-  const uint32_t limit = static_cast<uint32_t>(map.dim);
-  for (uint32_t c : data.cols) {
-    if (c >= limit) throw std::invalid_argument(fmt::format("LocalTrainer: slot {} outside the model's {} slots", c, limit));
+  std::atomic<uint32_t> largest{0};
+  parallel_ranges(data.cols.size(), threads, [&](size_t lo, size_t hi) {
+    const uint32_t m = *std::max_element(data.cols.begin() + static_cast<ptrdiff_t>(lo),
+                                         data.cols.begin() + static_cast<ptrdiff_t>(hi));
+    uint32_t seen = largest.load(std::memory_order_relaxed);
+    while (m > seen && !largest.compare_exchange_weak(seen, m, std::memory_order_relaxed)) {
+    }
+  });
+  const auto limit = static_cast<uint32_t>(map.dim);
+  if (!data.cols.empty() && largest.load() >= limit) {
+    throw std::invalid_argument(fmt::format("LocalTrainer: slot {} outside the model's {} slots", largest.load(), limit));
   }
 }
 
@@ -155,7 +165,7 @@ LocalTrainer::~LocalTrainer() = default;
 
 std::vector<double> LocalTrainer::train(const SlotCsr& data,
                                         const std::function<void(const TrainProgress&)>& on_progress) {
-  check_slots(data, map_);
+  check_slots(data, map_, options_.threads);
   kernels::set_host_threads(options_.threads);
   const BackendCsr csr(data);
   const int64_t n = csr.n_rows();
@@ -172,7 +182,7 @@ std::vector<double> LocalTrainer::train(const SlotCsr& data,
 
   const auto n_slots = static_cast<int64_t>(map_.slots_with_bias());
   std::unique_ptr<HotCopyTrainer> hot;
-  if (!PARAFAB_CUDA && options_.threads > 1 && options_.hot_slots > 0 && n > 0) {
+  if (!PARAFAB_CUDA && options_.threads > 1 && options_.hot_slots > 0 && n > 0 && options_.epochs > 0) {
     hot = std::make_unique<HotCopyTrainer>(data, map_, options_, state_->w.data(),
                                            options_.adagrad ? state_->g2.data() : nullptr);
   }
@@ -206,7 +216,7 @@ std::vector<double> LocalTrainer::train(const SlotCsr& data,
 }
 
 Evaluation LocalTrainer::evaluate(const SlotCsr& data, std::vector<float>* probabilities) const {
-  check_slots(data, map_);
+  check_slots(data, map_, options_.threads);
   kernels::set_host_threads(options_.threads);
   const BackendCsr csr(data);
   const auto n = static_cast<size_t>(csr.n_rows());

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <atomic>
 #include <stdexcept>
-#include <thread>
+
+#include "worker/parallel_ranges.h"
 
 namespace parafab::worker {
 
@@ -28,22 +30,18 @@ SlotCsr SlotCsr::build(const DatasetView& data, const SlotMap& map, int threads)
   SlotCsr out;
   const size_t n = data.rows();
   out.labels.assign(data.labels.begin(), data.labels.end());
-  const bool all_ones = std::all_of(data.values.begin(), data.values.end(), [](float v) { return v == 1.0f; });
+  std::atomic<bool> values_all_ones{true};
+  parallel_ranges(data.values.size(), threads, [&](size_t lo, size_t hi) {
+    if (!std::all_of(data.values.begin() + static_cast<ptrdiff_t>(lo), data.values.begin() + static_cast<ptrdiff_t>(hi),
+                     [](float v) { return v == 1.0f; }))
+      values_all_ones.store(false, std::memory_order_relaxed);
+  });
+  const bool all_ones = values_all_ones.load();
 
   // Pass 1 (parallel over row blocks): slots of kept nonzeros per row.
-  threads = std::max(1, threads);
   std::vector<uint64_t> kept(n + 1, 0);
-  auto parallel_rows = [&](auto&& body) {
-    std::vector<std::thread> pool;
-    const size_t chunk = (n + threads - 1) / threads;
-    for (int t = 0; t < threads; ++t) {
-      const size_t lo = std::min(n, t * chunk), hi = std::min(n, lo + chunk);
-      if (lo < hi) pool.emplace_back([&, lo, hi] { body(lo, hi); });
-    }
-    for (auto& th : pool) th.join();
-  };
   const bool direct = map.mode == SlotMode::kDirect;
-  parallel_rows([&](size_t lo, size_t hi) {
+  parallel_ranges(n, threads, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
       uint64_t c = 0;
       if (direct) {
@@ -61,7 +59,7 @@ SlotCsr SlotCsr::build(const DatasetView& data, const SlotMap& map, int threads)
   if (!all_ones) out.vals.resize(out.row_ptr[n]);
 
   // Pass 2: fill.
-  parallel_rows([&](size_t lo, size_t hi) {
+  parallel_ranges(n, threads, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
       uint64_t o = out.row_ptr[i];
       for (uint64_t p = data.row_ptr[i]; p < data.row_ptr[i + 1]; ++p) {

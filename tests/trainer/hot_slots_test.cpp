@@ -14,6 +14,9 @@ namespace {
 
 constexpr uint64_t kSlots = 1001;  // 1000 feature slots + the bias
 constexpr uint32_t kBias = 1000;
+// A model past the size renamed by a table indexed by slot: the hash table's
+// path (the data still uses slots below 1001).
+constexpr uint64_t kBigModel = (uint64_t{1} << 24) + 1;
 
 SlotCsr from_rows(const std::vector<std::vector<uint32_t>>& rows) {
   SlotCsr c;
@@ -43,13 +46,13 @@ SlotCsr planted(size_t rows) {
   return from_rows(r);
 }
 
-void expect_renamed(const SlotCsr& data, const HotSlots& hot) {
+void expect_renamed(const SlotCsr& data, const HotSlots& hot, uint64_t n_slots = kSlots) {
   ASSERT_EQ(hot.cols.size(), data.cols.size());
   const std::vector<uint32_t> cols = hot.cols.to_host();
   const std::set<uint32_t> hot_set(hot.slots.begin(), hot.slots.end());
   for (size_t k = 0; k < cols.size(); ++k) {
-    if (cols[k] >= kSlots) {
-      const size_t r = cols[k] - kSlots;
+    if (cols[k] >= n_slots) {
+      const size_t r = cols[k] - n_slots;
       ASSERT_LT(r, hot.slots.size()) << "nonzero " << k;
       ASSERT_GE(r, 1u) << "the bias (hot slot 0) is never a column";
       ASSERT_EQ(hot.slots[r], data.cols[k]) << "nonzero " << k;
@@ -62,18 +65,20 @@ void expect_renamed(const SlotCsr& data, const HotSlots& hot) {
 
 TEST(HotSlots, PicksTheBiasThenThePlantedSlotsByFrequency) {
   const SlotCsr data = planted(50000);
-  for (const int threads : {1, 3}) {
-    const HotSlots hot = find_hot_slots(data, kBias, kSlots, 11, threads);
-    const std::vector<uint32_t> want{kBias, 0, 10, 20, 30, 40, 50, 60, 70, 80, 90};
-    EXPECT_EQ(hot.slots, want) << threads << " threads";
-    expect_renamed(data, hot);
+  for (const uint64_t n_slots : {kSlots, kBigModel}) {
+    for (const int threads : {1, 3}) {
+      const HotSlots hot = find_hot_slots(data, kBias, n_slots, 11, threads);
+      const std::vector<uint32_t> want{kBias, 0, 10, 20, 30, 40, 50, 60, 70, 80, 90};
+      EXPECT_EQ(hot.slots, want) << threads << " threads, " << n_slots << " slots";
+      expect_renamed(data, hot, n_slots);
+    }
+    // Room for all 20 planted slots and some of the uniform ones.
+    const HotSlots wide = find_hot_slots(data, kBias, n_slots, 40, 2);
+    ASSERT_EQ(wide.slots.size(), 40u);
+    for (uint32_t h = 0; h < 20; ++h) EXPECT_EQ(wide.slots[h + 1], 10 * h);
+    for (size_t r = 21; r < 40; ++r) EXPECT_GE(wide.slots[r], 500u);
+    expect_renamed(data, wide, n_slots);
   }
-  // Room for all 20 planted slots and some of the uniform ones.
-  const HotSlots wide = find_hot_slots(data, kBias, kSlots, 40, 2);
-  ASSERT_EQ(wide.slots.size(), 40u);
-  for (uint32_t h = 0; h < 20; ++h) EXPECT_EQ(wide.slots[h + 1], 10 * h);
-  for (size_t r = 21; r < 40; ++r) EXPECT_GE(wide.slots[r], 500u);
-  expect_renamed(data, wide);
 }
 
 TEST(HotSlots, OnlyTheBiasWhenNothingRepeats) {

@@ -132,6 +132,31 @@ TEST(LocalTrainer, BadOptionsAreRefused) {
   EXPECT_THROW(LocalTrainer(o, map), std::invalid_argument);
 }
 
+// A column beyond the model (data built for another slot map) is refused,
+// wherever it sits among the threads' ranges, before any step.
+TEST(LocalTrainer, ASlotOutsideTheModelIsRefused) {
+  const SlotMap map{SlotMode::kDirect, 10};
+  for (const size_t where : {size_t{0}, size_t{500}, size_t{999}}) {
+    SlotCsr csr;
+    csr.row_ptr.push_back(0);
+    for (size_t i = 0; i < 1000; ++i) {
+      csr.cols.push_back(i == where ? 12u : static_cast<uint32_t>(i % 10));
+      csr.row_ptr.push_back(csr.cols.size());
+      csr.labels.push_back(1.0f);
+    }
+    TrainOptions o;
+    o.threads = 2;
+    LocalTrainer t(o, map);
+    try {
+      t.train(csr);
+      ADD_FAILURE() << "trained on slot 12 of a 10-slot model";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(), "LocalTrainer: slot 12 outside the model's 10 slots");
+    }
+    EXPECT_EQ(t.model().weights, std::vector<float>(11, 0.0f)) << "a step was taken";
+  }
+}
+
 // Two threads with their own copies of the hot slots (the default), and
 // plain Hogwild, end where sequential SGD on one thread ends: the same
 // held-out loss within 1%. With 4096 hot slots every feature slot here is

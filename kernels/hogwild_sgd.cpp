@@ -186,7 +186,7 @@ void check_params(const char* fn, const SgdParams& params, const CsrBatch& batch
   }
 }
 
-// Hot slot r: start value plus every part's change, then every copy refilled.
+// Hot slot r: start value plus the parts' changes, then every copy refilled.
 struct MergeHot {
   const uint32_t* slots;
   float* w;
@@ -195,18 +195,24 @@ struct MergeHot {
   float* g2_copies;
   int64_t parts;
   int64_t stride;
+  bool average;  // the weights' changes; the accumulators' are always summed
 
-  PARAFAB_HD static void fold(float* model, float* copies, int64_t r, int64_t parts, int64_t stride) {
+  // The start value plus the parts' changes, summed or (mean) averaged.
+  PARAFAB_HD static void fold(float* model, float* copies, int64_t r, int64_t parts, int64_t stride, bool mean) {
     const float start = *model;
     float v = copies[r];
-    for (int64_t p = 1; p < parts; ++p) v += copies[p * stride + r] - start;
+    if (parts > 1) {
+      float change = copies[r] - start;
+      for (int64_t p = 1; p < parts; ++p) change += copies[p * stride + r] - start;
+      v = start + (mean ? change / static_cast<float>(parts) : change);
+    }
     *model = v;
     for (int64_t p = 0; p < parts; ++p) copies[p * stride + r] = v;
   }
   PARAFAB_HD void operator()(int64_t r) const {
     const uint32_t s = slots[r];
-    fold(&w[s], w_copies, r, parts, stride);
-    if (g2 != nullptr) fold(&g2[s], g2_copies, r, parts, stride);
+    fold(&w[s], w_copies, r, parts, stride, average);
+    if (g2 != nullptr) fold(&g2[s], g2_copies, r, parts, stride, false);
   }
 };
 
@@ -273,7 +279,7 @@ void merge_hot_copies(const HotCopies& hot, const uint32_t* slots, float* w, flo
   if (hot.n_hot == 0) return;
   thrust::for_each(detail::policy(), thrust::counting_iterator<int64_t>(0),
                    thrust::counting_iterator<int64_t>(hot.n_hot),
-                   MergeHot{slots, w, g2, hot.w, hot.g2, hot.parts, hot.stride});
+                   MergeHot{slots, w, g2, hot.w, hot.g2, hot.parts, hot.stride, hot.average});
 }
 
 }  // namespace parafab::kernels

@@ -82,7 +82,8 @@ class HotCopyTrainer {
     // two parts' copies share one.
     copies_w_ = kernels::DeviceArray<float>(static_cast<size_t>(parts_ * stride));
     if (g2 != nullptr) copies_g2_ = kernels::DeviceArray<float>(static_cast<size_t>(parts_ * stride));
-    hot_ = {n_hot, parts_, stride, copies_w_.data(), g2 != nullptr ? copies_g2_.data() : nullptr};
+    hot_ = {n_hot, parts_, stride, copies_w_.data(), g2 != nullptr ? copies_g2_.data() : nullptr,
+            /*average=*/!o.adagrad};
     kernels::fill_hot_copies(hot_, found_.slots.data(), w_, g2_);
   }
 

@@ -237,7 +237,8 @@ TEST_F(HogwildTest, ParallelEpochsReduceLossOnSeparableData) {
 // interact only through the merge, so on any number of threads the result is
 // this float64 reference: each part runs sequential SGD over its rows from the
 // start values with its own copy of the hot slots; the merge sets each hot
-// slot to copy_0 + sum over p >= 1 of (copy_p - start).
+// weight to start + the sum (AdaGrad) or the mean (plain SGD, `average`) of
+// the parts' changes, and each accumulator to start + their sum.
 TEST_F(HogwildTest, PartsWithHotCopiesMatchTheirReference) {
   const int64_t width = 8;  // cold slots [p * width, (p + 1) * width) belong to part p
   const int64_t n_hot = 5;  // hot slot 4 is the bias
@@ -306,19 +307,22 @@ TEST_F(HogwildTest, PartsWithHotCopiesMatchTheirReference) {
             const auto copy = static_cast<size_t>(n_slots + r);
             const double start_w = w0[hot_slots[static_cast<size_t>(r)]];
             const double start_g2 = g20[hot_slots[static_cast<size_t>(r)]];
-            merged_w[static_cast<size_t>(r)] += part == 0 ? we[copy] : we[copy] - start_w;
-            merged_g2[static_cast<size_t>(r)] += part == 0 ? ge[copy] : ge[copy] - start_g2;
+            merged_w[static_cast<size_t>(r)] += we[copy] - start_w;  // the changes
+            merged_g2[static_cast<size_t>(r)] += ge[copy] - start_g2;
           }
         }
+        const bool average = !adagrad;
         for (int64_t r = 0; r < n_hot; ++r) {
-          w[hot_slots[static_cast<size_t>(r)]] = merged_w[static_cast<size_t>(r)];
-          g2[hot_slots[static_cast<size_t>(r)]] = merged_g2[static_cast<size_t>(r)];
+          const uint32_t s = hot_slots[static_cast<size_t>(r)];
+          const double change = merged_w[static_cast<size_t>(r)];
+          w[s] = w0[s] + (average ? change / static_cast<double>(parts) : change);
+          g2[s] = g20[s] + merged_g2[static_cast<size_t>(r)];
         }
 
         const int64_t stride = 16;
         DeviceArray<float> copies_w(static_cast<size_t>(parts * stride));
         DeviceArray<float> copies_g2(static_cast<size_t>(parts * stride));
-        const HotCopies hot{n_hot, parts, stride, copies_w.data(), copies_g2.data()};
+        const HotCopies hot{n_hot, parts, stride, copies_w.data(), copies_g2.data(), !adagrad};
         const DeviceArray<uint32_t> d_hot_slots(hot_slots);
         DeviceArray<float> dw(w0), dg2(g20);
         float* g2p = adagrad ? dg2.data() : nullptr;
@@ -328,7 +332,7 @@ TEST_F(HogwildTest, PartsWithHotCopiesMatchTheirReference) {
         merge_hot_copies(hot, d_hot_slots.data(), dw.data(), g2p);
 
         const std::string what = "threads=" + std::to_string(threads) + " parts=" +
-                                 std::to_string(parts) + (adagrad ? " adagrad" : " sgd");
+                                 std::to_string(parts) + (adagrad ? " adagrad, summed" : " sgd, averaged");
         EXPECT_NEAR(got_loss, want_loss, 2e-5 * (1.0 + std::fabs(want_loss))) << what;
         const std::vector<float> gw = dw.to_host(), gg2 = dg2.to_host();
         const std::vector<float> cw = copies_w.to_host(), cg2 = copies_g2.to_host();

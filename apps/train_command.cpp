@@ -856,8 +856,9 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
       ->check(CLI::Range(0, 31))->capture_default_str();
   cmd->add_option("--hot-slots", flags->opt.hot_slots,
                   "lr/svm in one process, --threads > 1: each thread keeps its own copies of the bias and of "
-                  "the N-1 most frequent weights, summed into the model every few thousand rows, so the threads "
-                  "do not trade those weights' cache lines on every row (0: plain Hogwild, every weight shared)")
+                  "the N-1 most frequent weights, and their changes are summed (averaged with --optimizer sgd) "
+                  "into the model every 2048 rows a thread, so the threads do not trade those weights' cache "
+                  "lines on every row (0: plain Hogwild, every weight shared)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--seed", flags->opt.seed, "Seed of the batch order")->capture_default_str();

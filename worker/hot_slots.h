@@ -2,7 +2,8 @@
 // copies of them (kernels::hogwild_sgd_parts): the slot list and the data's
 // columns with each hot slot renamed.
 //
-//   worker::HotSlots hot = worker::find_hot_slots(csr, map.bias_slot(), map.slots_with_bias(), 4096);
+//   worker::HotSlots hot =
+//       worker::find_hot_slots(csr, map.bias_slot(), map.slots_with_bias(), /*max_hot=*/4096, threads);
 //   // hot.slots[r]: hot slot r's index in the model (the bias is r = 0)
 //   // hot.cols: csr.cols with every hot slot hot.slots[r] written as n_slots + r
 #pragma once

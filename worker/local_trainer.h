@@ -30,7 +30,8 @@ struct TrainOptions {
   double progress_seconds = 1.0;  // 0: no progress callbacks
   // Host backend, threads > 1: each thread keeps its own copies of the bias
   // and of up to hot_slots - 1 of the most frequent slots, and the threads'
-  // changes to them are summed into the model every merge_rows rows per
+  // changes to them are summed (averaged without adagrad: summed, stale
+  // constant steps overshoot) into the model every merge_rows rows per
   // thread (kernels::hogwild_sgd_parts). Every other weight is shared as in
   // plain Hogwild. 0: plain Hogwild for every weight (the only mode on CUDA).
   uint64_t hot_slots = 4096;

@@ -154,6 +154,16 @@ int run_server(ServerFlags f) {
                                : std::string(),
                            st.staleness.max_seen())
                    .c_str());
+  // What the transport lost: a reply that never got out, a request that
+  // never came in (the reasons a worker's request goes unanswered).
+  const std::string losses = rdma::describe_losses(node.endpoint->stats());
+  if (st.reply_failures > 0 || !losses.empty()) {
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("server {}: transport: {} replies not delivered{}{}{}", node.role_rank, st.reply_failures,
+                             st.last_reply_failure.empty() ? "" : " (last: " + st.last_reply_failure + ")",
+                             losses.empty() ? "" : "; ", losses)
+                     .c_str());
+  }
   // With checkpoints, what a restart from one of them would lose: the bytes
   // since it (checkpoint.h).
   if (!so.checkpoint_path.empty()) {

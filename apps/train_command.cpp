@@ -47,16 +47,26 @@ std::string worker_traffic(uint32_t w, double examples_per_second, const worker:
                      static_cast<double>(bytes_sent) / 1e6);
 }
 
-// Servers that came back under their rank during the job, and what this
-// worker sent them again.
-void report_rejoins(uint32_t w, const worker::KvClientStats& st) {
-  if (st.rejoins == 0) return;
-  std::fprintf(stderr,
-               "worker %u: %llu server rejoin%s; %llu unanswered request%s sent again; %llu gradient bytes of this "
-               "worker's acknowledged pushes lost (applied after the checkpoints the servers rejoined from)\n",
-               w, static_cast<unsigned long long>(st.rejoins), st.rejoins == 1 ? "" : "s",
-               static_cast<unsigned long long>(st.resent), st.resent == 1 ? "" : "s",
-               static_cast<unsigned long long>(st.bytes_lost_in_rejoins));
+// What the job recovered from, when anything: servers that came back under
+// their rank (and what this worker sent them again), reads sent again for
+// want of a reply, and what this worker's transport lost.
+void report_recoveries(uint32_t w, const worker::KvClientStats& st, const rdma::EndpointStats& transport) {
+  if (st.rejoins > 0) {
+    std::fprintf(stderr,
+                 "worker %u: %llu server rejoin%s; %llu unanswered request%s sent again; %llu gradient bytes of this "
+                 "worker's acknowledged pushes lost (applied after the checkpoints the servers rejoined from)\n",
+                 w, static_cast<unsigned long long>(st.rejoins), st.rejoins == 1 ? "" : "s",
+                 static_cast<unsigned long long>(st.resent), st.resent == 1 ? "" : "s",
+                 static_cast<unsigned long long>(st.bytes_lost_in_rejoins));
+  }
+  const std::string losses = rdma::describe_losses(transport);
+  if (st.reads_resent > 0 || !losses.empty()) {
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("worker {}: {} read{} sent again for want of a reply (--resend-reads-after); transport: {}",
+                             w, st.reads_resent, st.reads_resent == 1 ? "" : "s",
+                             losses.empty() ? "no losses counted" : losses)
+                     .c_str());
+  }
 }
 
 struct TrainFlags {
@@ -70,6 +80,7 @@ struct TrainFlags {
   bool no_pull_ahead = false;
   bool partition = false;
   bool delta_keys = false;  // --delta-keys: KvClientOptions::delta_varint_keys
+  double resend_reads_after_s = 10;  // --resend-reads-after: KvClientOptions::resend_reads_after
   bool pull_ahead = false;  // fm, dnn: off unless asked (it breaks read-my-writes; see --help)
   CLI::Option* lr_option = nullptr;
   CLI::Option* batch_option = nullptr;
@@ -344,6 +355,7 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
 worker::KvClientOptions kv_options(const TrainFlags& flags) {
   worker::KvClientOptions o;
   o.delta_varint_keys = flags.delta_keys;
+  o.resend_reads_after = std::chrono::milliseconds(static_cast<int64_t>(flags.resend_reads_after_s * 1000));
   return o;
 }
 
@@ -507,7 +519,7 @@ int run_distributed_train(TrainFlags flags) {
                worker_traffic(w, train_s > 0 ? static_cast<double>(my_examples) / train_s : 0.0, st,
                               node.endpoint->stats().bytes_sent)
                    .c_str());
-  report_rejoins(w, st);
+  report_recoveries(w, st, node.endpoint->stats());
   node.client->done();
   (void)node.client->wait_for_shutdown(join_timeout(flags.cluster));
   return 0;
@@ -760,7 +772,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
                    static_cast<unsigned long long>(kv->dense_read_fallbacks()),
                    static_cast<unsigned long long>(kv->dense_read_retries()));
     }
-    report_rejoins(w, ks);
+    report_recoveries(w, ks, node->endpoint->stats());
     // Nodes the scheduler declared dead during the job, by rank.
     std::string dead;
     for (const uint32_t r : node->client->dead_ranks()) dead += (dead.empty() ? "" : ", ") + std::to_string(r);
@@ -886,6 +898,12 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_flag("--delta-keys", flags->delta_keys,
                 "Distributed: send each batch's sorted keys to the servers delta + varint coded (1-3 bytes a key "
                 "for a small key space instead of 8; less on the wire, a little more work on both sides)");
+  cmd->add_option("--resend-reads-after", flags->resend_reads_after_s,
+                  "Distributed: a pull still missing a server's reply after this many seconds is sent to it again, "
+                  "each such period, until the 60 s request timeout (a message the transport lost then costs a "
+                  "delay, not the job; pushes and clocks are never sent twice this way); 0: never")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->default_val(flags->resend_reads_after_s);
   cmd->add_flag("--pull-ahead", flags->pull_ahead,
                 "fm, dnn distributed: pull the next batch before pushing this one (faster; the pull misses this "
                 "worker's own last push)");

@@ -556,7 +556,10 @@ void Server::reap_replies(bool all) {
   while (!in_flight_.empty()) {
     auto& f = in_flight_.front().first;
     if (!all && !f.is_ready()) break;
-    if (!endpoint_.wait(f).ok()) ++stats_.reply_failures;
+    if (const rdma::Status st = endpoint_.wait(f); !st.ok()) {
+      ++stats_.reply_failures;
+      stats_.last_reply_failure = st.to_string();
+    }
     in_flight_.pop_front();
   }
 }

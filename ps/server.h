@@ -86,6 +86,7 @@ struct ServerStats {
   uint64_t parked = 0;              // pulls parked by the SSP bound, in all
   uint64_t parked_now = 0;
   uint64_t reply_failures = 0;      // replies the transport could not deliver
+  std::string last_reply_failure;   // ... the last one's reason, with its peer
   uint64_t checkpoints = 0;         // written
   uint64_t checkpoint_bytes = 0;    // of the last one
   double checkpoint_seconds = 0;    // the last one took (serving paused meanwhile)

@@ -43,6 +43,7 @@
 #include "rdma/byte_buffer.h"
 #include "rdma/completion.h"
 #include "rdma/endpoint_options.h"
+#include "rdma/endpoint_stats.h"
 #include "rdma/fabric_info.h"
 #include "rdma/memory_region.h"
 #include "rdma/status.h"
@@ -61,22 +62,6 @@ struct Message {
   PeerId from = 0;
   uint64_t tag = 0;
   ByteBuffer data;
-};
-
-struct EndpointStats {
-  uint64_t messages_sent = 0;
-  uint64_t bytes_sent = 0;
-  uint64_t messages_received = 0;
-  uint64_t bytes_received = 0;
-  uint64_t rma_bytes = 0;
-  uint64_t dropped_unknown_sender = 0;  // from an address not added with add_peer
-  uint64_t dropped_malformed = 0;       // bad frame header, truncated, over the inbound limit
-  uint64_t inbound_failed = 0;          // large messages whose chunks failed or timed out
-  uint64_t skipped_in_order = 0;        // messages of a peer never received, skipped after the timeout
-  uint64_t dropped_out_of_order = 0;    // arrived after their place in the order was skipped
-  uint64_t timed_out = 0;               // operations failed by the timeout
-  uint64_t error_completions = 0;       // error completions read from the CQ
-  uint64_t large_send_waits = 0;        // sends that found their peer's large_in_flight_per_peer taken and waited
 };
 
 class Endpoint {

@@ -18,6 +18,9 @@ using Clock = std::chrono::steady_clock;
 // small read; a region that puts the clock further out is refused.
 constexpr uint64_t kMaxClockOffset = 56;
 
+// Requests that change nothing at the server: safe to send again.
+bool is_read(ps::Op op) { return op == ps::Op::kPull || op == ps::Op::kDensePull || op == ps::Op::kDenseRegion; }
+
 std::future<rdma::Status> ready(rdma::Status s) {
   std::promise<rdma::Status> p;
   p.set_value(std::move(s));
@@ -50,6 +53,8 @@ struct KvClient::Pending {
     rdma::Completion done;
   };
   std::vector<Send> sends;
+  bool unanswered = false;  // failed by the deadline with a server's reply missing
+  Clock::time_point resend_at = Clock::time_point::max();  // reads: when unanswered servers get it again
   // Pulls: server rank -> output row of each key it was asked for, in order.
   std::unordered_map<uint32_t, std::vector<uint32_t>> rows;
   std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (row, copy of row)
@@ -114,7 +119,9 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
   p->reply_keys_out = std::move(reply_keys);
   p->id = next_request_.fetch_add(1);
   // While a server may rejoin, a request waits for it too.
-  p->deadline = Clock::now() + options_.timeout + map_.server_rejoin_timeout;
+  const auto now = Clock::now();
+  p->deadline = now + options_.timeout + map_.server_rejoin_timeout;
+  if (options_.resend_reads_after.count() > 0 && is_read(p->request_op)) p->resend_at = now + options_.resend_reads_after;
   p->remaining = p->messages.size();
   std::future<rdma::Status> fut = p->promise.get_future();
   if (p->remaining == 0) {
@@ -731,6 +738,7 @@ void KvClient::on_reply(const rdma::Message& m) {
 
 void KvClient::sweep() {
   std::vector<std::unique_ptr<Pending>> failed;
+  std::vector<std::pair<Pending*, std::vector<uint32_t>>> resend;
   const auto now = Clock::now();
   {
     std::lock_guard lock(mu_);
@@ -755,26 +763,79 @@ void KvClient::sweep() {
         if (p.error.ok()) {
           std::string missing;
           for (auto& [server, ok] : p.answered) {
-            if (!ok) missing += (missing.empty() ? "" : ", ") + std::to_string(server);
+            if (ok) continue;
+            // Sent (the transport completed it) and unanswered, or never out.
+            const bool unsent = std::any_of(p.sends.begin(), p.sends.end(), [&](const Pending::Send& s) {
+              return s.server == server && s.done.valid() && !s.done.is_ready();
+            });
+            missing += (missing.empty() ? "" : ", ") + std::to_string(server) +
+                       (unsent ? " (the request's send had not completed)" : "");
           }
           p.error = rdma::Status(rdma::StatusCode::kTimedOut,
                                  std::string(ps::to_string(p.request_op)) + " request " + std::to_string(p.id) +
                                      ": no reply from server rank(s) " + missing + " within " +
                                      std::to_string(options_.timeout.count()) + " ms");
+          p.unanswered = true;
         }
         failed.push_back(std::move(it->second));
         it = pending_.erase(it);
       } else {
+        if (now >= p.resend_at) {
+          // Overdue: the servers that have not answered get it again.
+          std::vector<uint32_t> servers;
+          for (auto& [server, ok] : p.answered) {
+            if (!ok) servers.push_back(server);
+          }
+          p.resend_at = now + options_.resend_reads_after;
+          if (!servers.empty()) {
+            p.posting = true;  // as in start(): nobody else finishes or frees it meanwhile
+            resend.emplace_back(&p, std::move(servers));
+          }
+        }
         ++it;
       }
     }
   }
+  if (!resend.empty()) resend_reads(resend);
   for (auto& p : failed) {
     for (auto& s : p->sends) {
       if (s.done.valid()) (void)endpoint_.wait(s.done);  // keep buffers until the transport lets go
     }
+    if (p->unanswered) {
+      // A loss the transport saw names itself (outside mu_: stats() locks the endpoint).
+      const std::string losses = rdma::describe_losses(endpoint_.stats());
+      p->error = rdma::Status(p->error.code(), p->error.message() + "; this worker's transport: " +
+                                                   (losses.empty() ? "no losses counted" : losses));
+    }
     p->promise.set_value(p->error);
   }
+}
+
+void KvClient::resend_reads(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend) {
+  std::vector<std::vector<Pending::Send>> sent(resend.size());
+  uint64_t messages = 0;
+  for (size_t i = 0; i < resend.size(); ++i) {
+    for (const uint32_t server : resend[i].second) {
+      const rdma::ByteBuffer& bytes = resend[i].first->messages.at(server);
+      sent[i].push_back({server, epoch_of(server), endpoint_.send(server, 0, bytes.data(), bytes.size())});
+      ++messages;
+    }
+  }
+  std::vector<std::unique_ptr<Pending>> done;
+  {
+    std::lock_guard lock(mu_);
+    stats_.reads_resent += messages;
+    for (size_t i = 0; i < resend.size(); ++i) {
+      Pending* p = resend[i].first;
+      for (auto& send : sent[i]) p->sends.push_back(std::move(send));
+      p->posting = false;
+      if (p->remaining == 0) {  // answered while it was being sent again
+        done.push_back(std::move(pending_.at(p->id)));
+        pending_.erase(p->id);
+      }
+    }
+  }
+  for (auto& d : done) finish(std::move(d));
 }
 
 uint64_t KvClient::epoch_of(uint32_t server) const {

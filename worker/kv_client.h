@@ -46,12 +46,19 @@ struct KvClientOptions {
   // coded (ps::kFlagDeltaVarintKeys): 1 to 3 bytes a key for a small key
   // space instead of 8. Keys in any other order go as they are.
   bool delta_varint_keys = false;
+  // A read (pull, dense pull, region request) still missing a server's reply
+  // after this long is sent to that server again, and again each period
+  // until `timeout`: a request or reply the transport lost no longer fails
+  // the job (reads are idempotent; pushes and clocks are never re-sent
+  // here). 0: never.
+  std::chrono::milliseconds resend_reads_after{10000};
 };
 
 struct KvClientStats {
   uint64_t push_bytes = 0, pull_bytes = 0;  // payload sent and received
   uint64_t requests = 0, errors = 0, unexpected_replies = 0;
   uint64_t rejoins = 0, resent = 0;  // servers back under their rank; requests sent to them again
+  uint64_t reads_resent = 0;         // reads sent again for want of a reply (resend_reads_after)
   // Gradient bytes of this worker's pushes that a server acknowledged, then
   // lost when it died (applied after the checkpoint it rejoined from), over
   // every rejoin (server_rejoined).
@@ -154,6 +161,8 @@ class KvClient {
   void receive_loop();
   void on_reply(const rdma::Message& m);
   void sweep();
+  // Sends each read again to the servers listed with it (sweep, outside mu_).
+  void resend_reads(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend);
   void fail(uint64_t id, rdma::Status s);
 
   rdma::Endpoint& endpoint_;

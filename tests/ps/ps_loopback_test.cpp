@@ -748,6 +748,55 @@ TEST(PsExactlyOnce, ARetriedPushIsAnsweredAndAppliedOnce) {
   EXPECT_EQ(out, (std::vector<float>{-3, -6}));
 }
 
+// A server that never answers: the request fails at the client's timeout,
+// naming the server, saying the request itself went out, and what the
+// worker's transport lost (nothing here). The other server's reply counts.
+TEST(PsTimeout, AnUnansweredRequestNamesTheServerAndTheTransportsLosses) {
+  KvClientOptions co;
+  co.timeout = std::chrono::milliseconds(300);
+  Job job("shm", 2, 1, {sgd_table(0, 1, TableKind::kDense, 8)}, {}, 0, co);
+  std::atomic<bool> stop{false};
+  std::thread only_server_0([&] { job.server(0).serve(stop); });  // server 1 never serves
+  std::vector<float> rows(8);
+  const rdma::Status s = job.worker(0).dense_pull(0, 0, 8, rows.data()).get();
+  stop = true;
+  only_server_0.join();
+  EXPECT_EQ(s.code(), rdma::StatusCode::kTimedOut) << s.to_string();
+  EXPECT_NE(s.message().find("no reply from server rank(s) 1 within 300 ms; this worker's transport: no losses counted"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("had not completed"), std::string::npos) << s.message();
+}
+
+// A pull the transport lost (here: taken off the server's endpoint before
+// the server serves) is sent again after resend_reads_after and answered;
+// with resends off, the same loss fails the pull at the timeout.
+TEST(PsTimeout, ALostPullIsSentAgainAndAnswered) {
+  for (const bool resend : {true, false}) {
+    SCOPED_TRACE(resend ? "resend" : "no resend");
+    KvClientOptions co;
+    co.timeout = std::chrono::milliseconds(resend ? 20000 : 1000);
+    co.resend_reads_after = std::chrono::milliseconds(resend ? 200 : 0);
+    Job job("tcp;ofi_rxm", 1, 1, {sgd_table(0, 2)}, {}, 0, co);
+    const std::vector<uint64_t> keys = {3, 7, 11};
+    std::vector<float> out(6, 1.0f);
+    auto pull = job.worker(0).pull(0, keys, out.data());
+    ASSERT_TRUE(job.endpoint(0).receive(std::chrono::seconds(10))) << "the pull never reached the server's endpoint";
+    job.start();  // serves from now on: only a pull sent again is answered
+    const rdma::Status s = pull.get();
+    if (resend) {
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(out, std::vector<float>(6, 0.0f));  // the table's initial values
+      EXPECT_GE(job.worker(0).stats().reads_resent, 1u);
+      EXPECT_GE(job.server(0).stats().pulls, 1u);
+    } else {
+      EXPECT_EQ(s.code(), rdma::StatusCode::kTimedOut) << s.to_string();
+      EXPECT_EQ(job.worker(0).stats().reads_resent, 0u);
+      EXPECT_EQ(job.server(0).stats().pulls, 0u);
+    }
+  }
+}
+
 // A clock sent again (a worker retrying its unanswered clock to a rejoined
 // server whose checkpoint already holds it) is answered like the first and
 // counted; an older clock is still refused with an error naming both.

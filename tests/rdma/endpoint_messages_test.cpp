@@ -457,6 +457,9 @@ TEST_P(EndpointPerProvider, MessageFromAnUnknownAddressIsDroppedAndCounted) {
   EXPECT_FALSE(b.receive(std::chrono::milliseconds(500)));
   EXPECT_EQ(b.stats().dropped_unknown_sender, 2u);
   EXPECT_EQ(b.stats().messages_received, 0u);
+  // What an unanswered request's error appends names the loss.
+  EXPECT_EQ(describe_losses(b.stats()), "2 messages from unknown senders dropped");
+  EXPECT_EQ(describe_losses(stranger.stats()), "");
   (void)f.wait_for(std::chrono::seconds(1));
 }
 

@@ -762,14 +762,15 @@ void KvClient::sweep() {
       if (now >= p.deadline || send_failed) {
         if (p.error.ok()) {
           std::string missing;
-          for (auto& [server, ok] : p.answered) {
+          for (const auto& [rank, ok] : p.answered) {
             if (ok) continue;
             // Sent (the transport completed it) and unanswered, or never out.
+            const uint32_t server = rank;  // a lambda cannot capture a structured binding (clang)
             const bool unsent = std::any_of(p.sends.begin(), p.sends.end(), [&](const Pending::Send& s) {
               return s.server == server && s.done.valid() && !s.done.is_ready();
             });
             missing += (missing.empty() ? "" : ", ") + std::to_string(server) +
-                       (unsent ? " (the request's send had not completed)" : "");
+                       (unsent ? " (a send of the request had not completed)" : "");
           }
           p.error = rdma::Status(rdma::StatusCode::kTimedOut,
                                  std::string(ps::to_string(p.request_op)) + " request " + std::to_string(p.id) +

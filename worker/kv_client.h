@@ -163,7 +163,6 @@ class KvClient {
   void sweep();
   // Sends each read again to the servers listed with it (sweep, outside mu_).
   void resend_reads(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend);
-  void fail(uint64_t id, rdma::Status s);
 
   rdma::Endpoint& endpoint_;
   const ps::ClusterMap& map_;

@@ -11,7 +11,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "rdma/endpoint.h"
 #include "tests/rdma/endpoint_test_util.h"
@@ -75,11 +77,23 @@ class PeerProcess {
       ::kill(pid_, SIGKILL);
       int status = 0;
       waitpid(pid_, &status, 0);
+      remove_shm_regions(pid_);
       pid_ = -1;
     }
   }
 
  private:
+  // shm names its region file after the pid ("/dev/shm/<pid>:0:0"); a
+  // process killed by SIGKILL cannot unlink it, so the test does, and
+  // repeated runs leave nothing behind.
+  static void remove_shm_regions(pid_t pid) {
+    const std::string prefix = std::to_string(pid) + ":";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
+    }
+  }
+
   pid_t pid_ = -1;
   FILE* to_child_ = nullptr;
   FILE* from_child_ = nullptr;

@@ -57,6 +57,19 @@ class TrainModels : public ::testing::Test {
     if (model == "fm") a.insert(a.end(), {"--factors", "4"});
     return a;
   }
+  // A 2 x 2 dnn job under BSP through parafab launch: `launch_extra` for
+  // launch, `train_extra` after the train arguments.
+  static std::string launch_dnn_bsp(const std::vector<std::string>& launch_extra,
+                                    const std::vector<std::string>& train_extra) {
+    std::vector<std::string> l = {kBin, "launch", "--servers", "2", "--workers", "2", "--consistency", "bsp",
+                                  "--timeout", "140"};
+    l.insert(l.end(), launch_extra.begin(), launch_extra.end());
+    l.push_back("--");
+    const std::vector<std::string> a = train_args("dnn");
+    l.insert(l.end(), a.begin(), a.end());
+    l.insert(l.end(), train_extra.begin(), train_extra.end());
+    return run_ok(l, 170s);
+  }
   static testing::TempDir* dir_;
 };
 testing::TempDir* TrainModels::dir_ = nullptr;
@@ -114,14 +127,7 @@ TEST_F(TrainModels, DnnTwoServersTwoWorkersMatchOneProcess) {
 // reproducible (a round's sums do not depend on arrival order), so the
 // held-out loss is the same to the last digit.
 TEST_F(TrainModels, DnnReadingTheMlpOneSidedTrainsTheSameModelAsByMessage) {
-  auto run = [&](const char* reads) {
-    std::vector<std::string> l = {kBin, "launch", "--servers", "2", "--workers", "2", "--consistency", "bsp",
-                                  "--provider", "shm", "--timeout", "140", "--"};
-    const std::vector<std::string> a = train_args("dnn");
-    l.insert(l.end(), a.begin(), a.end());
-    l.insert(l.end(), {"--dense-reads", reads});
-    return run_ok(l, 170s);
-  };
+  auto run = [&](const char* reads) { return launch_dnn_bsp({"--provider", "shm"}, {"--dense-reads", reads}); };
   const std::string by_message = run("message"), one_sided = run("one-sided");
   EXPECT_EQ(held_out(one_sided), held_out(by_message)) << by_message << "\n" << one_sided;
   std::smatch m;
@@ -136,14 +142,7 @@ TEST_F(TrainModels, DnnReadingTheMlpOneSidedTrainsTheSameModelAsByMessage) {
 // copies too, the workers count the extra replies, and the model is the
 // same as without resends (BSP is deterministic).
 TEST_F(TrainModels, PullsSentAgainLeaveTheModelAsItWas) {
-  auto run = [&](const char* resend_after) {
-    std::vector<std::string> l = {kBin, "launch", "--servers", "2", "--workers", "2", "--consistency", "bsp",
-                                  "--timeout", "140", "--"};
-    const std::vector<std::string> a = train_args("dnn");
-    l.insert(l.end(), a.begin(), a.end());
-    l.insert(l.end(), {"--resend-reads-after", resend_after});
-    return run_ok(l, 170s);
-  };
+  auto run = [&](const char* after) { return launch_dnn_bsp({}, {"--resend-reads-after", after}); };
   const std::string plain = run("10"), resent = run("0.001");
   EXPECT_EQ(held_out(resent), held_out(plain)) << plain << "\n" << resent;
   uint64_t sent_again = 0;

@@ -11,6 +11,10 @@ find_package(CLI11 REQUIRED)
 set(BLA_VENDOR OpenBLAS)  # host GEMM (kernels/mlp.cpp); Debian's libopenblas-dev
 find_package(BLAS REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# Compressed data files (worker/compressed_input.h): gzip, bzip2, xz.
+find_package(ZLIB REQUIRED)
+find_package(BZip2 REQUIRED)
+find_package(LibLZMA REQUIRED)
 find_package(Threads REQUIRED)
 if(PARAFAB_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "worker/criteo_parser.h"
+#include "worker/compressed_input.h"
 #include "worker/data_error.h"
 #include "worker/libsvm_parser.h"
 
@@ -205,10 +206,33 @@ struct UniqueFd {
   }
 };
 
-// The bytes of a file: a read-only mapping of a regular file, else read().
+// The bytes of a file: a read-only mapping of a regular file, else read();
+// decompressed when they are gzip, bzip2 or xz (only the first `prefix`
+// bytes of the text when prefix > 0).
 class FileBytes {
  public:
-  explicit FileBytes(const std::string& path) {
+  explicit FileBytes(const std::string& path, size_t prefix = 0) {
+    read_raw(path);
+    const Compression c = detect_compression(raw());
+    if (c == Compression::kNone) return;
+    std::string text;
+    decompress(c, raw(), path, text, prefix);
+    if (map_) ::munmap(const_cast<char*>(map_), size_);
+    map_ = nullptr;
+    copy_ = std::move(text);
+  }
+  ~FileBytes() {
+    if (map_) ::munmap(const_cast<char*>(map_), size_);
+  }
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+
+  std::string_view bytes() const { return raw(); }
+
+ private:
+  std::string_view raw() const { return map_ ? std::string_view(map_, size_) : std::string_view(copy_); }
+
+  void read_raw(const std::string& path) {
     fd_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_.fd < 0) throw DataError(path, "cannot open: " + errno_text(errno));
     struct stat st {};
@@ -234,15 +258,7 @@ class FileBytes {
       copy_.append(buf, static_cast<size_t>(r));
     }
   }
-  ~FileBytes() {
-    if (map_) ::munmap(const_cast<char*>(map_), size_);
-  }
-  FileBytes(const FileBytes&) = delete;
-  FileBytes& operator=(const FileBytes&) = delete;
 
-  std::string_view bytes() const { return map_ ? std::string_view(map_, size_) : std::string_view(copy_); }
-
- private:
   UniqueFd fd_;
   std::string copy_;
   const char* map_ = nullptr;
@@ -302,7 +318,9 @@ Dataset parse_text_dataset(std::string_view text, const std::string& name, const
 
 DataFormat detect_file_format(const std::string& path, DataFormat format) {
   if (format != DataFormat::kAuto) return format;
-  FileBytes file(path);  // a mapping: only the pages read are touched
+  // A mapping: only the pages read are touched; of a compressed file, the
+  // first MiB of its text.
+  FileBytes file(path, size_t{1} << 20);
   return detect_format(file.bytes());
 }
 

@@ -33,6 +33,10 @@
 // rows, arrays, errors and line numbers are exactly those of one thread.
 // threads < 1 counts as 1.
 //
+// Compressed files (gzip, bzip2, xz: worker/compressed_input.h) are read
+// as their decompressed text, held in memory as a pipe's bytes are; errors
+// keep the text's line numbers.
+//
 // kAuto picks the format from the first line that is neither blank nor a '#'
 // comment: 40 tab-separated fields means Criteo, anything else libsvm (also
 // for an input with no such line).

@@ -276,6 +276,34 @@ TEST_F(Cli, TrainPredictAndSavedModelAgree) {
   EXPECT_TRUE(contains(again.out, "mapped")) << again.out;
 }
 
+// Gzipped training and held-out files (gzip is essential on Debian) train
+// and predict exactly as their text does.
+TEST_F(Cli, GzippedFilesTrainAndPredictAsTheirText) {
+  for (const char* f : {"train.svm", "test.svm"}) {
+    const std::string cmd = "gzip -c " + dir_->file(f) + " > " + dir_->file(std::string(f) + ".gz");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  auto train = [&](const std::string& suffix, const std::string& pred) {
+    return run_cli("train --train " + dir_->file("train.svm" + suffix) + " --test " + dir_->file("test.svm" + suffix) +
+                   " --epochs 1 --threads 1 --quiet --predictions " + pred);
+  };
+  const CmdResult plain = train("", dir_->file("plain.pred"));
+  const CmdResult gz = train(".gz", dir_->file("gz.pred"));
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  ASSERT_EQ(gz.status, 0) << gz.out;
+  EXPECT_TRUE(contains(gz.out, "held-out (4000 examples)")) << gz.out;
+  EXPECT_EQ(read_file(dir_->file("gz.pred")), read_file(dir_->file("plain.pred")));
+  EXPECT_EQ(count_lines(read_file(dir_->file("gz.pred"))), 4000u);
+
+  // A cut file names itself and what is wrong with it.
+  const std::string gzipped = read_file(dir_->file("train.svm.gz"));
+  const std::string cut = dir_->file("cut.svm.gz");
+  std::ofstream(cut, std::ios::binary) << gzipped.substr(0, gzipped.size() / 2);
+  const CmdResult r = run_cli("train --train " + cut + " --epochs 1 --quiet");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.out, cut + ": the gzip data ends before its stream does")) << r.out;
+}
+
 // A held-out set of one class has no AUC; the line says so instead of "nan".
 TEST_F(Cli, AOneClassHeldOutSetHasNoAuc) {
   const std::string test = dir_->file("positives.svm");

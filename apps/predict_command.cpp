@@ -79,7 +79,7 @@ void add_predict_command(CLI::App& root, CommandContext& ctx) {
   f->threads = default_threads();
   CLI::App* cmd = root.add_subcommand("predict", "Write one probability per example from a saved model");
   cmd->add_option("--model", f->model, "Model file from train --save-model")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--data", f->data, "Examples to predict (libsvm or Criteo TSV; labels are read for the metrics)")
+  cmd->add_option("--data", f->data, "Examples to predict (libsvm or Criteo TSV, plain or gzip, bzip2 or xz compressed; labels are read for the metrics)")
       ->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", f->out, "Output: one probability per line, in input order")->required()->check(kWritableFile);
   cmd->add_option("--format", f->data_flags.format, "Input format: libsvm, criteo or auto")

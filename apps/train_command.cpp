@@ -797,7 +797,7 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand(
       "train", "Train lr, svm, fm or dnn: in this process, or as a worker of a job when a scheduler is given "
                "(--scheduler or PARAFAB_SCHEDULER, as under parafab launch)");
-  cmd->add_option("--train", flags->train, "Training data (libsvm or Criteo TSV)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--train", flags->train, "Training data (libsvm or Criteo TSV, plain or gzip, bzip2 or xz compressed)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--test", flags->test, "Held-out data: log loss, AUC and accuracy are reported on it")
       ->check(CLI::ExistingFile);
   cmd->add_option("--model", flags->model,

@@ -797,6 +797,32 @@ TEST(PsTimeout, ALostPullIsSentAgainAndAnswered) {
   }
 }
 
+// A reply the transport cannot deliver (here: the server's endpoint has
+// marked the worker failed) is counted with its reason and peer, which the
+// server command prints as its "transport:" line; the server goes on
+// serving the other worker.
+TEST(PsTimeout, AReplyTheTransportCannotDeliverIsCountedWithItsReason) {
+  KvClientOptions co;
+  co.timeout = std::chrono::milliseconds(500);
+  co.resend_reads_after = std::chrono::milliseconds(0);
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1, TableKind::kDense, 4)}, {}, 0, co);
+  job.endpoint(0).mark_peer_failed(1, "the test cut worker 0 off");  // rank 1: worker 0
+  job.start();
+  std::vector<float> rows(4, 1.0f);
+  const rdma::Status lost = job.worker(0).dense_pull(0, 0, 4, rows.data()).get();
+  EXPECT_EQ(lost.code(), rdma::StatusCode::kTimedOut) << lost.to_string();
+  EXPECT_TRUE(job.worker(1).dense_pull(0, 0, 4, rows.data()).get().ok());  // still serving
+  EXPECT_EQ(rows, std::vector<float>(4, 0.0f));
+  ServerStats st;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    st = job.server(0).stats();
+  } while (st.reply_failures == 0 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(st.reply_failures, 1u);
+  EXPECT_NE(st.last_reply_failure.find("the test cut worker 0 off"), std::string::npos) << st.last_reply_failure;
+  EXPECT_EQ(st.pulls, 2u);
+}
+
 // A clock sent again (a worker retrying its unanswered clock to a rejoined
 // server whose checkpoint already holds it) is answered like the first and
 // counted; an older clock is still refused with an error naming both.

@@ -23,8 +23,8 @@
 
 #include <fmt/format.h>
 
-#include "worker/criteo_parser.h"
 #include "worker/compressed_input.h"
+#include "worker/criteo_parser.h"
 #include "worker/data_error.h"
 #include "worker/libsvm_parser.h"
 
@@ -216,20 +216,26 @@ class FileBytes {
     const Compression c = detect_compression(raw());
     if (c == Compression::kNone) return;
     std::string text;
-    decompress(c, raw(), path, text, prefix);
-    if (map_) ::munmap(const_cast<char*>(map_), size_);
-    map_ = nullptr;
+    try {
+      decompress(c, raw(), path, text, prefix);
+    } catch (...) {
+      unmap();  // the destructor does not run for a constructor that throws
+      throw;
+    }
+    unmap();
     copy_ = std::move(text);
   }
-  ~FileBytes() {
-    if (map_) ::munmap(const_cast<char*>(map_), size_);
-  }
+  ~FileBytes() { unmap(); }
   FileBytes(const FileBytes&) = delete;
   FileBytes& operator=(const FileBytes&) = delete;
 
   std::string_view bytes() const { return raw(); }
 
  private:
+  void unmap() {
+    if (map_) ::munmap(const_cast<char*>(map_), size_);
+    map_ = nullptr;
+  }
   std::string_view raw() const { return map_ ? std::string_view(map_, size_) : std::string_view(copy_); }
 
   void read_raw(const std::string& path) {

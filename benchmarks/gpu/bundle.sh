@@ -30,13 +30,13 @@ if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPARAFAB_CUDA=ON \
   -DPARAFAB_BUILD_TESTS=ON -DPARAFAB_BUILD_BENCHMARKS=ON \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-cmake --build "$build" -j "$jobs" --target parafab tests_kernels
+cmake --build "$build" -j "$jobs" --target parafab tests_kernels tests_gpu
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 stage="$work/gpu-bundle"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/glibc"
-cp "$build/bin/parafab" "$build"/tests/kernels_*_test "$stage/bin/"
+cp "$build/bin/parafab" "$build"/tests/kernels_*_test "$build"/tests/rdma_*_gpu_test "$stage/bin/"
 # Every shared library the executables load (ldd follows the chain).
 for b in "$stage"/bin/*; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   while read -r lib; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks of kernels/, for a lent machine with one NVIDIA GPU (H200,
-# sm_90, 16 cores): run the kernel tests on the GPU and `parafab bench
-# kernels` with its JSON output. Everything it writes, logs included, lands
+# The GPU checks, for a lent machine with one NVIDIA GPU (H200, sm_90, 16
+# cores): run the kernel tests and rdma/'s device-memory tests on the GPU,
+# and `parafab bench kernels` with its JSON output. Everything it writes, logs included, lands
 # in $OUT (default ./gpu-results). Exits non-zero when a step fails; each
 # step has its own time limit so the whole stays under 5 min.
 #
@@ -56,6 +56,7 @@ if ! command -v nvcc > /dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 BUNDLE=${BUNDLE:-$ROOT/gpu-bundle.tar.xz}
+export FI_TCP_IFACE=${FI_TCP_IFACE:-lo}  # the rdma tests talk over loopback only
 command -v nvidia-smi > /dev/null 2>&1 || { log "missing nvidia-smi: no GPU driver here"; exit 2; }
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 nvcc --version > "$OUT/nvcc-version.txt" 2>&1 || true
@@ -94,7 +95,7 @@ if [ -f "$BUNDLE" ]; then
     log "bundle $BUNDLE: this machine's glibc ${HAVE:-unknown} is older than $NEED: the bundle's loader and glibc"
     RUNNER=("$B/glibc/$(ls "$B/glibc" | grep '^ld-linux' | head -1)" --library-path "$B/glibc:$LIBPATH")
   fi
-  TESTS=("$B"/bin/kernels_*_test)
+  TESTS=("$B"/bin/kernels_*_test "$B"/bin/rdma_*_gpu_test)
   PARAFAB=$B/bin/parafab
 else
   for tool in cmake nvcc; do
@@ -102,11 +103,12 @@ else
   done
   run configure 90 cmake -S "$ROOT" -B "$BUILD" -DPARAFAB_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" || exit 1
-  # Every kernels/ test: the tests_kernels target, which CI also compiles for
-  # sm_90 (scripts/build --cuda-check), so a test added there runs here too.
-  run build 240 cmake --build "$BUILD" -j "$JOBS" --target tests_kernels parafab || exit 1
+  # Every kernels/ test (tests_kernels) and the GPU tests of rdma/ (tests_gpu),
+  # which CI also compiles for sm_90 (scripts/build --cuda-check), so a test
+  # added there runs here too.
+  run build 240 cmake --build "$BUILD" -j "$JOBS" --target tests_kernels tests_gpu parafab || exit 1
   cp "$BUILD/CMakeCache.txt" "$OUT/CMakeCache.txt" 2>/dev/null || true
-  TESTS=("$BUILD"/tests/kernels_*_test)
+  TESTS=("$BUILD"/tests/kernels_*_test "$BUILD"/tests/rdma_*_gpu_test)
   PARAFAB=$BUILD/bin/parafab
 fi
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks, for a lent machine with one NVIDIA GPU (H200, sm_90, 16
 # cores): run the kernel tests and rdma/'s device-memory tests on the GPU,
-# and `parafab bench kernels` with its JSON output. Everything it writes, logs included, lands
-# in $OUT (default ./gpu-results). Exits non-zero when a step fails; each
-# step has its own time limit so the whole stays under 5 min.
+# and `parafab bench kernels` with its JSON output. Everything it writes,
+# logs included, lands in $OUT (default ./gpu-results). Exits non-zero when
+# a step fails; each step has its own time limit so the whole stays under 5
+# min.
 #
 # Two ways to get the CUDA binaries:
 # - gpu-bundle.tar.xz in the repository root (or $BUNDLE), made here by

@@ -598,6 +598,7 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
   // version was even and did not move. The clock is read no later than the
   // values, so they hold every update it stands for.
   constexpr uint64_t kOneReadBytes = 64 * 1024;
+  constexpr int kMaxTornReads = 64;  // rounds with a changed shard before the rest go by message
   auto reading = [](const Shard& sh) { return !sh.read && !sh.by_message; };
   for (int attempt = 0;; ++attempt) {
     for (Shard& sh : shards) {
@@ -644,8 +645,14 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
       }
     }
     if (!retry) break;
-    if (attempt >= 10000) {
-      return {rdma::StatusCode::kTimedOut, "dense_read: a server's shard kept changing during 10000 read attempts"};
+    if (attempt + 1 >= kMaxTornReads) {
+      // Pushes keep landing during every read of these shards (a hot table,
+      // or a reader slowed down, as under TSan): a message pull, which the
+      // server answers between pushes, instead of failing or spinning on.
+      for (Shard& sh : shards) {
+        if (reading(sh)) sh.by_message = true;
+      }
+      break;
     }
     std::this_thread::yield();
   }

@@ -102,6 +102,8 @@ class KvClient {
   // which a dense push of this worker to the table is still unanswered
   // (read-my-writes), is pulled with a message instead, which the server
   // answers after that push and within the bound (dense_read_fallbacks()).
+  // So is a shard that pushes changed during 64 rounds of reads in a row
+  // (a hot table, or a slow reader), rather than retried without end.
   // data_clock as pull's. Blocking; kUnsupported without FI_RMA.
   rdma::Status dense_read(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
                           int64_t* data_clock = nullptr);

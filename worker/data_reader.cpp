@@ -206,6 +206,21 @@ struct UniqueFd {
   }
 };
 
+// A read-only mapping, unmapped with its owner (UniqueFd's twin).
+struct UniqueMapping {
+  const char* data = nullptr;
+  size_t size = 0;
+  UniqueMapping() = default;
+  UniqueMapping(const UniqueMapping&) = delete;
+  UniqueMapping& operator=(const UniqueMapping&) = delete;
+  ~UniqueMapping() { reset(); }
+  void reset() {
+    if (data) ::munmap(const_cast<char*>(data), size);
+    data = nullptr;
+    size = 0;
+  }
+};
+
 // The bytes of a file: a read-only mapping of a regular file, else read();
 // decompressed when they are gzip, bzip2 or xz (only the first `prefix`
 // bytes of the text when prefix > 0).
@@ -213,31 +228,19 @@ class FileBytes {
  public:
   explicit FileBytes(const std::string& path, size_t prefix = 0) {
     read_raw(path);
-    const Compression c = detect_compression(raw());
+    const Compression c = detect_compression(bytes());
     if (c == Compression::kNone) return;
     std::string text;
-    try {
-      decompress(c, raw(), path, text, prefix);
-    } catch (...) {
-      unmap();  // the destructor does not run for a constructor that throws
-      throw;
-    }
-    unmap();
+    decompress(c, bytes(), path, text, prefix);
+    map_.reset();
     copy_ = std::move(text);
   }
-  ~FileBytes() { unmap(); }
-  FileBytes(const FileBytes&) = delete;
-  FileBytes& operator=(const FileBytes&) = delete;
 
-  std::string_view bytes() const { return raw(); }
+  std::string_view bytes() const {
+    return map_.data ? std::string_view(map_.data, map_.size) : std::string_view(copy_);
+  }
 
  private:
-  void unmap() {
-    if (map_) ::munmap(const_cast<char*>(map_), size_);
-    map_ = nullptr;
-  }
-  std::string_view raw() const { return map_ ? std::string_view(map_, size_) : std::string_view(copy_); }
-
   void read_raw(const std::string& path) {
     fd_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_.fd < 0) throw DataError(path, "cannot open: " + errno_text(errno));
@@ -250,8 +253,8 @@ class FileBytes {
       void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd_.fd, 0);
       if (m == MAP_FAILED) throw DataError(path, "cannot map: " + errno_text(errno));
       ::madvise(m, size, MADV_SEQUENTIAL);
-      map_ = static_cast<const char*>(m);  // last: nothing throws after this
-      size_ = size;
+      map_.data = static_cast<const char*>(m);
+      map_.size = size;
       return;
     }
     // A pipe or device: read to the end.
@@ -267,8 +270,7 @@ class FileBytes {
 
   UniqueFd fd_;
   std::string copy_;
-  const char* map_ = nullptr;
-  size_t size_ = 0;
+  UniqueMapping map_;
 };
 
 }  // namespace

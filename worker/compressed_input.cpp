@@ -69,9 +69,33 @@ class Output {
                                     size - at, compression_name(c), at, compression_name(c)));
 }
 
-// One gzip member after another.
+// The next piece of `data` to hand a decoder, from byte `given` on (at
+// most kPiece bytes); advances `given` past it.
+std::pair<const char*, size_t> next_piece(std::string_view data, size_t& given) {
+  const size_t n = std::min(data.size() - given, kPiece);
+  const char* p = data.data() + given;
+  given += n;
+  return {p, n};
+}
+
+// Decodes `data` as one stream after another, as gzip and bzip2 files may
+// hold several (pigz, pbzip2, `cat a.gz b.gz`): one(start) decodes the
+// stream at byte `start` and returns the bytes it took, or npos once the
+// output reached its limit. Bytes after the last stream that do not start
+// another are an error.
+template <class One>
+void stream_after_stream(std::string_view data, Compression c, const std::string& name, One&& one) {
+  for (size_t at = 0;;) {
+    const size_t took = one(at);
+    if (took == std::string_view::npos) return;
+    at += took;
+    if (at == data.size()) return;
+    if (detect_compression(data.substr(at)) != c) trailing(name, c, at, data.size());
+  }
+}
+
 void gunzip(std::string_view data, const std::string& name, Output& out, size_t limit) {
-  for (size_t member = 0;;) {
+  stream_after_stream(data, Compression::kGzip, name, [&](size_t member) -> size_t {
     z_stream zs{};
     if (inflateInit2(&zs, 15 + 16) != Z_OK) throw DataError(name, "gzip: zlib could not start (out of memory?)");
     struct End {
@@ -81,29 +105,26 @@ void gunzip(std::string_view data, const std::string& name, Output& out, size_t 
     size_t given = member;  // bytes of data handed to zlib so far
     for (int rc = Z_OK; rc != Z_STREAM_END;) {
       if (zs.avail_in == 0 && given < data.size()) {
-        const size_t n = std::min(data.size() - given, kPiece);
-        zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data() + given));
-        zs.avail_in = static_cast<uInt>(n);
-        given += n;
+        const auto [in, in_n] = next_piece(data, given);
+        zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in));
+        zs.avail_in = static_cast<uInt>(in_n);
       }
       auto [p, n] = out.room();
       zs.next_out = reinterpret_cast<Bytef*>(p);
       zs.avail_out = static_cast<uInt>(n);
       rc = inflate(&zs, Z_NO_FLUSH);
       out.wrote(n - zs.avail_out);
-      if (limit > 0 && out.size() >= limit) return;
+      if (limit > 0 && out.size() >= limit) return std::string_view::npos;
       if (rc == Z_OK || rc == Z_STREAM_END) continue;
-      const uint64_t at = member + zs.total_in;
-      if (rc == Z_BUF_ERROR && zs.avail_in == 0 && given == data.size()) truncated(name, Compression::kGzip, data.size());
+      if (rc == Z_BUF_ERROR && zs.avail_in == 0 && given == data.size()) {
+        truncated(name, Compression::kGzip, data.size());
+      }
       if (rc == Z_MEM_ERROR) throw DataError(name, "gzip: zlib ran out of memory");
-      corrupt(name, Compression::kGzip, at, zs.msg != nullptr ? zs.msg : fmt::format("zlib error {}", rc));
+      corrupt(name, Compression::kGzip, member + zs.total_in,
+              zs.msg != nullptr ? zs.msg : fmt::format("zlib error {}", rc));
     }
-    member += zs.total_in;
-    if (member == data.size()) return;
-    if (detect_compression(data.substr(member)) != Compression::kGzip) {
-      trailing(name, Compression::kGzip, member, data.size());
-    }
-  }
+    return zs.total_in;
+  });
 }
 
 const char* bzip2_error(int rc) {
@@ -115,11 +136,12 @@ const char* bzip2_error(int rc) {
   }
 }
 
-// One bzip2 stream after another (pbzip2 writes several).
 void bunzip2(std::string_view data, const std::string& name, Output& out, size_t limit) {
-  for (size_t stream = 0;;) {
+  stream_after_stream(data, Compression::kBzip2, name, [&](size_t stream) -> size_t {
     bz_stream bs{};
-    if (BZ2_bzDecompressInit(&bs, 0, 0) != BZ_OK) throw DataError(name, "bzip2: libbz2 could not start (out of memory?)");
+    if (BZ2_bzDecompressInit(&bs, 0, 0) != BZ_OK) {
+      throw DataError(name, "bzip2: libbz2 could not start (out of memory?)");
+    }
     struct End {
       bz_stream& bs;
       ~End() { BZ2_bzDecompressEnd(&bs); }
@@ -128,10 +150,9 @@ void bunzip2(std::string_view data, const std::string& name, Output& out, size_t
     auto consumed = [&] { return (uint64_t{bs.total_in_hi32} << 32) | bs.total_in_lo32; };
     for (int rc = BZ_OK; rc != BZ_STREAM_END;) {
       if (bs.avail_in == 0 && given < data.size()) {
-        const size_t n = std::min(data.size() - given, kPiece);
-        bs.next_in = const_cast<char*>(data.data() + given);
-        bs.avail_in = static_cast<unsigned>(n);
-        given += n;
+        const auto [in, in_n] = next_piece(data, given);
+        bs.next_in = const_cast<char*>(in);
+        bs.avail_in = static_cast<unsigned>(in_n);
       }
       auto [p, n] = out.room();
       bs.next_out = p;
@@ -139,7 +160,7 @@ void bunzip2(std::string_view data, const std::string& name, Output& out, size_t
       rc = BZ2_bzDecompress(&bs);
       const size_t wrote = n - bs.avail_out;
       out.wrote(wrote);
-      if (limit > 0 && out.size() >= limit) return;
+      if (limit > 0 && out.size() >= limit) return std::string_view::npos;
       if (rc == BZ_OK) {
         // All input taken, room left, and nothing came out: the stream needs
         // bytes the file does not have.
@@ -148,12 +169,8 @@ void bunzip2(std::string_view data, const std::string& name, Output& out, size_t
       }
       if (rc != BZ_STREAM_END) corrupt(name, Compression::kBzip2, stream + consumed(), bzip2_error(rc));
     }
-    stream += consumed();
-    if (stream == data.size()) return;
-    if (detect_compression(data.substr(stream)) != Compression::kBzip2) {
-      trailing(name, Compression::kBzip2, stream, data.size());
-    }
-  }
+    return static_cast<size_t>(consumed());
+  });
 }
 
 const char* xz_error(lzma_ret rc) {

@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <stdexcept>
+#include <system_error>
 
 namespace parafab::apps {
 
@@ -81,6 +84,93 @@ worker::Dataset load_training_data(const std::string& path, const DataFlags& fla
                                          flags.skip_bad_lines ? " (every line was empty, a comment or skipped)" : ""));
   }
   return d;
+}
+
+std::vector<std::string> cache_paths_for(const std::string& cache, const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  if (cache.empty()) return std::vector<std::string>(paths.size());
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(cache, ec);
+  if (paths.size() == 1 && !is_dir) return {cache};
+  if (!is_dir && fs::exists(cache, ec)) {
+    throw std::invalid_argument(fmt::format("--cache {}: a file, but {} --train files need a directory (one cache each)",
+                                            cache, paths.size()));
+  }
+  std::map<std::string, std::string> by_name;
+  std::vector<std::string> out;
+  for (const std::string& p : paths) {
+    const std::string name = fs::path(p).filename().string();
+    if (const auto [it, fresh] = by_name.emplace(name, p); !fresh) {
+      throw std::invalid_argument(fmt::format("--cache {}: {} and {} are both named {}, and their caches would be one "
+                                              "file; rename one, or train without --cache",
+                                              cache, it->second, p, name));
+    }
+    out.push_back((fs::path(cache) / (name + ".pfc")).string());
+  }
+  if (!is_dir && !fs::create_directory(cache, ec) && ec) {
+    throw std::runtime_error(fmt::format("--cache {}: cannot create the directory: {}", cache, ec.message()));
+  }
+  return out;
+}
+
+void check_one_format(const std::vector<std::string>& paths, const DataFlags& flags) {
+  if (paths.size() < 2) return;
+  const worker::DataFormat asked = worker::parse_data_format(flags.format);
+  const worker::DataFormat first = worker::detect_file_format(paths[0], asked);
+  for (size_t i = 1; i < paths.size(); ++i) {
+    const worker::DataFormat f = worker::detect_file_format(paths[i], asked);
+    if (f != first) {
+      throw std::invalid_argument(fmt::format("{} reads as {} but {} as {}: the files of one run must be of one format",
+                                              paths[0], worker::data_format_name(first), paths[i],
+                                              worker::data_format_name(f)));
+    }
+  }
+}
+
+namespace {
+
+// The files one after another, each summarized by read_and_summarize (or
+// the single load when there is one), joined; `training` refuses a set with
+// no example at all.
+worker::Dataset load_files(const std::string& role, const std::vector<std::string>& paths, const DataFlags& flags,
+                           int threads, const std::string& cache, int classes, uint32_t part, uint32_t parts,
+                           bool training) {
+  if (paths.empty()) throw std::invalid_argument(role + ": no file given");
+  const std::vector<std::string> caches = cache_paths_for(cache, paths);
+  if (paths.size() == 1) {
+    return training ? load_training_data(paths[0], flags, threads, caches[0], classes)
+                    : load_data(role, paths[0], flags, threads, caches[0], classes, part, parts);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  worker::DatasetArrays all;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const worker::Dataset d = load_data(role, paths[i], flags, threads, caches[i], classes, part, parts);
+    worker::append_rows(all, d.view());
+  }
+  worker::Dataset joined(std::move(all));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "%s\n",
+               fmt::format("{}: {} files, {} examples, {} nonzeros in {:.2f} s", role, paths.size(), joined.rows(),
+                           human_count(static_cast<double>(joined.nnz())), s)
+                   .c_str());
+  if (training && joined.rows() == 0) {
+    throw std::runtime_error(fmt::format("{} ... {}: no examples to train on in any of the {} files{}", paths.front(),
+                                         paths.back(), paths.size(),
+                                         flags.skip_bad_lines ? " (every line was empty, a comment or skipped)" : ""));
+  }
+  return joined;
+}
+
+}  // namespace
+
+worker::Dataset load_data(const std::string& role, const std::vector<std::string>& paths, const DataFlags& flags,
+                          int threads, const std::string& cache_path, int classes, uint32_t part, uint32_t parts) {
+  return load_files(role, paths, flags, threads, cache_path, classes, part, parts, false);
+}
+
+worker::Dataset load_training_data(const std::vector<std::string>& paths, const DataFlags& flags, int threads,
+                                   const std::string& cache_path, int classes) {
+  return load_files("train", paths, flags, threads, cache_path, classes, 0, 1, true);
 }
 
 }  // namespace parafab::apps

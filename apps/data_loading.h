@@ -32,6 +32,30 @@ worker::Dataset load_data(const std::string& role, const std::string& path, cons
 worker::Dataset load_training_data(const std::string& path, const DataFlags& flags, int threads,
                                    const std::string& cache_path, int classes = 2);
 
+// Several files (`--train day_0.gz day_1.gz`, a shell glob): each read as
+// above, with its own summary line, and their rows joined in the order given;
+// then one line for all of them. One file: exactly the single-file load.
+// cache_path: empty (none), or --cache as cache_paths_for reads it. The
+// caller checks first that the files are of one format (check_one_format).
+worker::Dataset load_data(const std::string& role, const std::vector<std::string>& paths, const DataFlags& flags,
+                          int threads, const std::string& cache_path, int classes = 2, uint32_t part = 0,
+                          uint32_t parts = 1);
+worker::Dataset load_training_data(const std::vector<std::string>& paths, const DataFlags& flags, int threads,
+                                   const std::string& cache_path, int classes = 2);
+
+// The cache of each of `paths` under --cache `cache`: with one file and
+// `cache` not an existing directory, `cache` itself; otherwise `cache` is a
+// directory (created when missing) holding one cache per file, named after
+// the file: DIR/day_0.gz.pfc. Throws std::invalid_argument when several files
+// are given and `cache` is a regular file, or when two of them share a name
+// (their caches would overwrite each other); std::runtime_error when the
+// directory cannot be created. Empty `cache`: every path empty.
+std::vector<std::string> cache_paths_for(const std::string& cache, const std::vector<std::string>& paths);
+
+// Throws std::invalid_argument naming two files of different formats (as
+// --format, or auto-detection, reads them): one job trains on one format.
+void check_one_format(const std::vector<std::string>& paths, const DataFlags& flags);
+
 // Writes one probability per line ("%.7g"), in order. Throws
 // std::runtime_error naming the path on I/O errors.
 void write_probabilities(const std::string& path, const std::vector<float>& probabilities);

@@ -60,12 +60,12 @@ inline std::string output_file_problem(const std::string& path) {
 }
 
 // A file that is read when it exists and written otherwise (a binary
-// cache): an existing file passes as it is (a cache built once, in a
-// directory this user cannot write, is still read), a new one must be
-// creatable.
+// cache), or a directory of such files: an existing file or directory
+// passes as it is (a cache built once, in a directory this user cannot
+// write, is still read), a new one must be creatable.
 inline std::string cache_file_problem(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_regular_file(path, ec)) return {};
+  if (std::filesystem::is_regular_file(path, ec) || std::filesystem::is_directory(path, ec)) return {};
   return output_file_problem(path);
 }
 

@@ -70,7 +70,8 @@ void report_recoveries(uint32_t w, const worker::KvClientStats& st, const rdma::
 }
 
 struct TrainFlags {
-  std::string train, test, model = "lr", optimizer = "adagrad", cache, predictions, save_model, planted;
+  std::vector<std::string> train;  // one file, or several read as one data set
+  std::string test, model = "lr", optimizer = "adagrad", cache, predictions, save_model, planted;
   std::string resume;  // a checkpoint set's directory
   DataFlags data;
   worker::TrainOptions opt;
@@ -377,6 +378,9 @@ int run_train(const TrainFlags& flags) {
   if (flags.partition && !flags.cache.empty()) {
     throw std::invalid_argument("--partition: --cache holds a whole file; give one or the other");
   }
+  // Before a job is joined or a file parsed.
+  check_one_format(flags.train, flags.data);
+  (void)cache_paths_for(flags.cache, flags.train);
   if (!flags.linear()) return run_model_train(flags, distributed);
   if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
   if (distributed) return run_distributed_train(flags);
@@ -580,7 +584,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     } else if (all != nullptr) {
       sp = worker::ModelSpec::dnn(*all, flags.embedding_dim, hidden, flags.classes, flags.dense_features);
     } else {
-      const bool criteo = worker::detect_file_format(flags.train, worker::parse_data_format(data.format)) ==
+      const bool criteo = worker::detect_file_format(flags.train.front(), worker::parse_data_format(data.format)) ==
                           worker::DataFormat::kCriteo;
       sp = worker::ModelSpec::dnn_with_fields(worker::ModelSpec::fields_of_format(criteo), flags.embedding_dim, hidden,
                                               flags.classes, flags.dense_features);
@@ -797,7 +801,12 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   CLI::App* cmd = root.add_subcommand(
       "train", "Train lr, svm, fm or dnn: in this process, or as a worker of a job when a scheduler is given "
                "(--scheduler or PARAFAB_SCHEDULER, as under parafab launch)");
-  cmd->add_option("--train", flags->train, "Training data (libsvm or Criteo TSV, plain or gzip, bzip2 or xz compressed)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--train", flags->train,
+                  "Training data (libsvm or Criteo TSV, plain or gzip, bzip2 or xz compressed); several files "
+                  "(--train day_0.gz day_1.gz, or a glob) are read one after another as one data set, all of one "
+                  "format")
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("--test", flags->test, "Held-out data: log loss, AUC and accuracy are reported on it")
       ->check(CLI::ExistingFile);
   cmd->add_option("--model", flags->model,
@@ -876,7 +885,8 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--seed", flags->opt.seed, "Seed of the batch order")->capture_default_str();
   cmd->add_flag("!--no-shuffle", flags->opt.shuffle, "Keep the batch order of the file in every epoch");
   cmd->add_option("--cache", flags->cache,
-                  "Binary cache of --train: mapped when valid for the current file, else written after parsing")
+                  "Binary cache of --train: mapped when valid for the current file, else written after parsing. "
+                  "A directory (created for several --train files) holds one cache per file, NAME.pfc")
       ->check(kCacheFile);
   cmd->add_flag("--skip-bad-lines", flags->data.skip_bad_lines, "Count and skip malformed lines instead of stopping");
   cmd->add_option("--predictions", flags->predictions, "Write one probability per --test example, in input order")

@@ -1,7 +1,8 @@
 // A labelled sparse data set in CSR form with 64-bit keys, in host memory.
 //
-// Either owns its arrays (parsed from text) or views a memory-mapped binary
-// cache (worker/binary_cache.h); readers of the data see one DatasetView.
+// Either owns its arrays (parsed from text, or joined from several files by
+// append_rows) or views a memory-mapped binary cache (worker/binary_cache.h);
+// readers of the data see one DatasetView.
 //
 //   worker::Dataset d = worker::read_text_dataset("train.svm", {});
 //   worker::DatasetView v = d.view();
@@ -60,5 +61,10 @@ class Dataset {
   DatasetView view_;
   std::shared_ptr<const void> keepalive_;
 };
+
+// Appends the rows of `rows` after those of `into`, in order (several files
+// read as one data set). Throws std::invalid_argument when the view's arrays
+// do not fit together.
+void append_rows(DatasetArrays& into, const DatasetView& rows);
 
 }  // namespace parafab::worker

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -302,6 +303,89 @@ TEST_F(Cli, GzippedFilesTrainAndPredictAsTheirText) {
   const CmdResult r = run_cli("train --train " + cut + " --epochs 1 --quiet");
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(contains(r.out, cut + ": the gzip data ends before its stream does")) << r.out;
+}
+
+// --train with several files (a glob of a data set's parts) trains on their
+// rows one file after another, exactly as on the file they were cut from;
+// --cache is then a directory of one cache per file.
+TEST_F(Cli, SeveralTrainingFilesTrainAsTheirConcatenation) {
+  const std::string whole = read_file(dir_->file("train.svm"));
+  // Three parts cut at line ends: 7000, 8000 and 5000 lines, the last gzipped.
+  auto line_start = [&](size_t line) {
+    size_t at = 0;
+    for (size_t i = 0; i < line; ++i) at = whole.find('\n', at) + 1;
+    return at;
+  };
+  const size_t cut1 = line_start(7000), cut2 = line_start(15000);
+  const std::string a = dir_->file("part-a.svm"), b = dir_->file("part-b.svm"), c = dir_->file("part-c.svm.gz");
+  std::ofstream(a, std::ios::binary) << whole.substr(0, cut1);
+  std::ofstream(b, std::ios::binary) << whole.substr(cut1, cut2 - cut1);
+  std::ofstream(dir_->file("part-c.svm"), std::ios::binary) << whole.substr(cut2);
+  ASSERT_EQ(std::system(("gzip -c " + dir_->file("part-c.svm") + " > " + c).c_str()), 0);
+  const std::string test = " --test " + dir_->file("test.svm") + " --epochs 2 --threads 1 --quiet --predictions ";
+
+  const CmdResult one = run_cli("train --train " + dir_->file("train.svm") + test + dir_->file("one.pred"));
+  ASSERT_EQ(one.status, 0) << one.out;
+  const std::string cache = dir_->file("part-caches");
+  const CmdResult parts = run_cli("train --train " + a + " " + b + " --train " + c + test + dir_->file("parts.pred") +
+                                  " --cache " + cache);
+  ASSERT_EQ(parts.status, 0) << parts.out;
+  EXPECT_TRUE(contains(parts.out, "train: 3 files, 20000 examples")) << parts.out;
+  EXPECT_EQ(read_file(dir_->file("parts.pred")), read_file(dir_->file("one.pred")));
+  EXPECT_EQ(count_lines(read_file(dir_->file("parts.pred"))), 4000u);
+
+  // The second run maps the three caches, and trains the same model.
+  const CmdResult again = run_cli("train --train " + a + " " + b + " " + c + test + dir_->file("again.pred") +
+                                  " --cache " + cache);
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_EQ(count_occurrences(again.out, "mapped in"), 3u) << again.out;
+  EXPECT_TRUE(contains(again.out, cache + "/part-c.svm.gz.pfc")) << again.out;
+  EXPECT_EQ(read_file(dir_->file("again.pred")), read_file(dir_->file("one.pred")));
+
+  // Refused as bad flags (status 2) before any parse: a cache file for
+  // several files, two files of one name, files of two formats.
+  CmdResult r = run_cli("train --train " + a + " " + b + " --cache " + dir_->file("train.svm"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--cache " + dir_->file("train.svm") + ": a file, but 2 --train files need a directory"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "parafab train: model")) << r.out;
+  std::filesystem::create_directory(dir_->file("other"));
+  std::ofstream(dir_->file("other/part-a.svm")) << "1 1:1\n";
+  r = run_cli("train --train " + a + " " + dir_->file("other/part-a.svm") + " --cache " + cache);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, a + " and " + dir_->file("other/part-a.svm") + " are both named part-a.svm")) << r.out;
+  const std::string criteo = dir_->file("day.tsv");
+  std::ofstream(criteo) << "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13"
+                           "\ta\tb\tc\td\te\tf\t1\t2\t3\t4\t5\t6\t7\t8\t9\t0\taa\tbb\tcc\tdd\tee\tff\t11\t22\t33\t44\n";
+  r = run_cli("train --train " + a + " " + criteo);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, a + " reads as libsvm but " + criteo + " as criteo")) << r.out;
+
+  // Files that hold no example between them: one error for the set.
+  const std::string e1 = dir_->file("empty-1.svm"), e2 = dir_->file("empty-2.svm");
+  std::ofstream(e1).flush();
+  std::ofstream(e2) << "# nothing\n";
+  r = run_cli("train --train " + e1 + " " + e2);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "no examples to train on in any of the 2 files")) << r.out;
+}
+
+// --partition over several files: each worker reads its part of every file.
+TEST_F(Cli, PartitionedWorkersReadTheirPartOfEveryFile) {
+  const std::string whole = read_file(dir_->file("train.svm"));
+  const size_t cut = whole.find('\n', whole.size() / 3) + 1;
+  const std::string a = dir_->file("third.svm"), b = dir_->file("rest.svm");
+  std::ofstream(a, std::ios::binary) << whole.substr(0, cut);
+  std::ofstream(b, std::ios::binary) << whole.substr(cut);
+  const CmdResult r = run_cli("launch --servers 1 --workers 2 -- " + bin() + " train --train " + a + " " + b +
+                                  " --epochs 1 --threads 1 --partition --quiet",
+                              "FI_TCP_IFACE=lo ");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* part : {"train part 1/2: 2 files", "train part 2/2: 2 files"}) {
+    EXPECT_TRUE(contains(r.out, part)) << r.out;
+  }
+  EXPECT_EQ(count_occurrences(r.out, "train part 1/2 " + b + " (libsvm)"), 1u) << r.out;
+  EXPECT_TRUE(contains(r.out, "job: 20000 examples by 2 workers")) << r.out;
 }
 
 // A held-out set of one class has no AUC; the line says so instead of "nan".

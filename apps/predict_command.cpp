@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "apps/commands.h"
 #include "apps/data_loading.h"
@@ -19,7 +21,8 @@ namespace parafab::apps {
 namespace {
 
 struct PredictFlags {
-  std::string model, data, out;
+  std::string model, out;
+  std::vector<std::string> data;  // one file, or several predicted in order
   DataFlags data_flags;
   int threads = 1;
 };
@@ -55,6 +58,7 @@ int run_predict_model(const PredictFlags& f) {
 }
 
 int run_predict(const PredictFlags& f) {
+  check_one_format(f.data, f.data_flags);
   if (worker::is_model_file(f.model)) return run_predict_model(f);
   const worker::LinearModel model = worker::load_linear_model(f.model);
   std::fprintf(stderr, "model %s: %s, %s\n", f.model.c_str(),
@@ -79,7 +83,9 @@ void add_predict_command(CLI::App& root, CommandContext& ctx) {
   f->threads = default_threads();
   CLI::App* cmd = root.add_subcommand("predict", "Write one probability per example from a saved model");
   cmd->add_option("--model", f->model, "Model file from train --save-model")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--data", f->data, "Examples to predict (libsvm or Criteo TSV, plain or gzip, bzip2 or xz compressed; labels are read for the metrics)")
+  cmd->add_option("--data", f->data,
+                  "Examples to predict (libsvm or Criteo TSV, plain or gzip, bzip2 or xz compressed; labels are read "
+                  "for the metrics); several files are predicted one after another, into one --out")
       ->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", f->out, "Output: one probability per line, in input order")->required()->check(kWritableFile);
   cmd->add_option("--format", f->data_flags.format, "Input format: libsvm, criteo or auto")

@@ -70,8 +70,8 @@ void report_recoveries(uint32_t w, const worker::KvClientStats& st, const rdma::
 }
 
 struct TrainFlags {
-  std::vector<std::string> train;  // one file, or several read as one data set
-  std::string test, model = "lr", optimizer = "adagrad", cache, predictions, save_model, planted;
+  std::vector<std::string> train, test;  // one file, or several read as one data set
+  std::string model = "lr", optimizer = "adagrad", cache, predictions, save_model, planted;
   std::string resume;  // a checkpoint set's directory
   DataFlags data;
   worker::TrainOptions opt;
@@ -380,6 +380,7 @@ int run_train(const TrainFlags& flags) {
   }
   // Before a job is joined or a file parsed.
   check_one_format(flags.train, flags.data);
+  check_one_format(flags.test, flags.data);
   (void)cache_paths_for(flags.cache, flags.train);
   if (!flags.linear()) return run_model_train(flags, distributed);
   if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
@@ -807,7 +808,9 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                   "format")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--test", flags->test, "Held-out data: log loss, AUC and accuracy are reported on it")
+  cmd->add_option("--test", flags->test,
+                  "Held-out data: log loss, AUC and accuracy are reported on it (several files: as one set, "
+                  "--predictions in their order)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--model", flags->model,
                   "lr (logistic regression), svm (linear SVM, hinge loss), fm (factorization machine) or dnn "

@@ -370,6 +370,31 @@ TEST_F(Cli, SeveralTrainingFilesTrainAsTheirConcatenation) {
   EXPECT_TRUE(contains(r.out, "no examples to train on in any of the 2 files")) << r.out;
 }
 
+// --test and predict --data with several files: one set, predicted in the
+// files' order, as the file they were cut from.
+TEST_F(Cli, SeveralHeldOutFilesArePredictedInTheirOrder) {
+  const std::string whole = read_file(dir_->file("test.svm"));
+  const size_t cut = whole.find('\n', whole.size() / 4) + 1;
+  const std::string a = dir_->file("test-a.svm"), b = dir_->file("test-b.svm");
+  std::ofstream(a, std::ios::binary) << whole.substr(0, cut);
+  std::ofstream(b, std::ios::binary) << whole.substr(cut);
+  const std::string model = dir_->file("heldout.pfm");
+  const std::string train = "train --train " + dir_->file("train.svm") + " --epochs 1 --threads 1 --quiet";
+  const CmdResult one = run_cli(train + " --test " + dir_->file("test.svm") + " --predictions " +
+                                dir_->file("heldout-one.pred") + " --save-model " + model);
+  ASSERT_EQ(one.status, 0) << one.out;
+  const CmdResult two = run_cli(train + " --test " + a + " " + b + " --predictions " + dir_->file("heldout-two.pred"));
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_TRUE(contains(two.out, "test: 2 files, 4000 examples")) << two.out;
+  EXPECT_TRUE(contains(two.out, "held-out (4000 examples)")) << two.out;
+  EXPECT_EQ(read_file(dir_->file("heldout-two.pred")), read_file(dir_->file("heldout-one.pred")));
+
+  const CmdResult p = run_cli("predict --model " + model + " --data " + a + " " + b + " --out " +
+                              dir_->file("heldout-predict.pred"));
+  ASSERT_EQ(p.status, 0) << p.out;
+  EXPECT_EQ(read_file(dir_->file("heldout-predict.pred")), read_file(dir_->file("heldout-one.pred")));
+}
+
 // --partition over several files: each worker reads its part of every file.
 TEST_F(Cli, PartitionedWorkersReadTheirPartOfEveryFile) {
   const std::string whole = read_file(dir_->file("train.svm"));

@@ -48,6 +48,15 @@ size_t count_lines(const std::string& s) { return std::count(s.begin(), s.end(),
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
+// Writes the lines of `file` into a and b, cut at the first line end past
+// 1/part of its bytes.
+void split_lines(const std::string& file, size_t part, const std::string& a, const std::string& b) {
+  const std::string whole = read_file(file);
+  const size_t cut = whole.find('\n', whole.size() / part) + 1;
+  std::ofstream(a, std::ios::binary) << whole.substr(0, cut);
+  std::ofstream(b, std::ios::binary) << whole.substr(cut);
+}
+
 size_t count_occurrences(const std::string& hay, const std::string& needle) {
   size_t n = 0;
   for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
@@ -373,11 +382,8 @@ TEST_F(Cli, SeveralTrainingFilesTrainAsTheirConcatenation) {
 // --test and predict --data with several files: one set, predicted in the
 // files' order, as the file they were cut from.
 TEST_F(Cli, SeveralHeldOutFilesArePredictedInTheirOrder) {
-  const std::string whole = read_file(dir_->file("test.svm"));
-  const size_t cut = whole.find('\n', whole.size() / 4) + 1;
   const std::string a = dir_->file("test-a.svm"), b = dir_->file("test-b.svm");
-  std::ofstream(a, std::ios::binary) << whole.substr(0, cut);
-  std::ofstream(b, std::ios::binary) << whole.substr(cut);
+  split_lines(dir_->file("test.svm"), 4, a, b);
   const std::string model = dir_->file("heldout.pfm");
   const std::string train = "train --train " + dir_->file("train.svm") + " --epochs 1 --threads 1 --quiet";
   const CmdResult one = run_cli(train + " --test " + dir_->file("test.svm") + " --predictions " +
@@ -397,11 +403,8 @@ TEST_F(Cli, SeveralHeldOutFilesArePredictedInTheirOrder) {
 
 // --partition over several files: each worker reads its part of every file.
 TEST_F(Cli, PartitionedWorkersReadTheirPartOfEveryFile) {
-  const std::string whole = read_file(dir_->file("train.svm"));
-  const size_t cut = whole.find('\n', whole.size() / 3) + 1;
   const std::string a = dir_->file("third.svm"), b = dir_->file("rest.svm");
-  std::ofstream(a, std::ios::binary) << whole.substr(0, cut);
-  std::ofstream(b, std::ios::binary) << whole.substr(cut);
+  split_lines(dir_->file("train.svm"), 3, a, b);
   const CmdResult r = run_cli("launch --servers 1 --workers 2 -- " + bin() + " train --train " + a + " " + b +
                                   " --epochs 1 --threads 1 --partition --quiet",
                               "FI_TCP_IFACE=lo ");

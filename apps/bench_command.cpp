@@ -66,6 +66,11 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   fc->add_option("--iterations", f->iterations, "Timed iterations per case and size; 0: clamp(64 MiB / size, 50, 2000)")
       ->check(kNonNegativeNumber)
       ->capture_default_str();
+  fc->add_option("--rounds", f->rounds,
+                 "Rounds per size, each fi_pingpong then ours: figures are the rounds' medians, with the lowest "
+                 "and highest ratio of a round (ratio_min, ratio_max)")
+      ->check(kPositiveNumber)
+      ->capture_default_str();
   fc->add_option("--window", f->window, "Sends or reads in flight in the bandwidth cases")
       ->check(kPositiveNumber)
       ->capture_default_str();

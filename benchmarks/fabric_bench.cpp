@@ -402,6 +402,59 @@ BenchRecord& with_latency_ceiling(BenchRecord& record, double ceiling_us, std::s
   return record.with("better", "lower");
 }
 
+// One round of one size: fi_pingpong's figures (when it ran) and ours.
+struct Round {
+  std::optional<PingpongFigures> ceiling;
+  double pingpong_us = 0.0;  // whole timed loops
+  double stream_us = 0.0;
+  std::optional<RmaTimes> rma;
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2.0;
+}
+
+// Medians over the rounds of a size, and the spread of the rounds' ratios.
+class RoundSummary {
+ public:
+  explicit RoundSummary(std::vector<Round> rounds) : rounds_(std::move(rounds)) {}
+
+  bool has_ceiling() const {
+    return std::any_of(rounds_.begin(), rounds_.end(), [](const Round& r) { return r.ceiling.has_value(); });
+  }
+  double median(const std::function<double(const Round&)>& ours) const {
+    std::vector<double> v;
+    for (const Round& r : rounds_) v.push_back(ours(r));
+    return median_of(std::move(v));
+  }
+  double median_ceiling(const std::function<double(const PingpongFigures&)>& figure) const {
+    std::vector<double> v;
+    for (const Round& r : rounds_) {
+      if (r.ceiling) v.push_back(figure(*r.ceiling));
+    }
+    return median_of(std::move(v));
+  }
+  // The lowest and highest ratio of a round to its own fi_pingpong run
+  // (ceiling / ours when lower is better); none with fewer than two.
+  std::optional<std::pair<double, double>> ratio_range(const std::function<double(const Round&)>& ours,
+                                                       const std::function<double(const PingpongFigures&)>& figure,
+                                                       bool lower) const {
+    std::vector<double> ratios;
+    for (const Round& r : rounds_) {
+      if (!r.ceiling || ours(r) <= 0.0 || figure(*r.ceiling) <= 0.0) continue;
+      ratios.push_back(lower ? figure(*r.ceiling) / ours(r) : ours(r) / figure(*r.ceiling));
+    }
+    if (ratios.size() < 2) return std::nullopt;
+    const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+    return std::make_pair(*lo, *hi);
+  }
+
+ private:
+  std::vector<Round> rounds_;
+};
+
 int measure_fabric_provider(const FabricBenchOptions& o, const std::string& provider, BenchReport& report,
                             std::ostream& log) {
   auto iterations_for = [&](size_t s) { return o.iterations > 0 ? o.iterations : default_fabric_iterations(s); };
@@ -456,75 +509,96 @@ int measure_fabric_provider(const FabricBenchOptions& o, const std::string& prov
 
   const char* verified = o.verify ? "yes" : "no";
   const std::string pp_kind = "fi_pingpong ping-pong (both directions)";
+  const int rounds = std::max(o.rounds, 1);
   try {
     for (size_t s : o.sizes) {
       const int n = iterations_for(s);
       const int warmup = std::clamp(n / 10, 2, 50);
-      a.reset();
-      b.reset();
-      const auto c = measure_ceiling(s);
-      const bool has_c = c.has_value();
-      if (!open_pair()) return 2;
-      if (!described) {
-        log << fmt::format("{}: endpoints {} and {} ({}), max message {} bytes, RMA {}\n", provider,
-                           a->address_string(), b->address_string(), a->provider().provider, a->max_chunk_bytes(),
-                           a->supports_rma() ? "yes" : "no");
-        described = true;
+      // Round by round: fi_pingpong, then our cases on fresh endpoints; each
+      // figure is the median of its rounds, and each ratio also comes with
+      // the lowest and highest of the rounds' own ratios.
+      std::vector<Round> taken;
+      int ceiling_iterations = 0;
+      for (int r = 0; r < rounds; ++r) {
+        a.reset();
+        b.reset();
+        Round round;
+        if (const auto c = measure_ceiling(s)) {
+          round.ceiling = c->first;
+          ceiling_iterations = c->second;
+        }
+        if (!open_pair()) return 2;
+        if (!described) {
+          log << fmt::format("{}: endpoints {} and {} ({}), max message {} bytes, RMA {}\n", provider,
+                             a->address_string(), b->address_string(), a->provider().provider, a->max_chunk_bytes(),
+                             a->supports_rma() ? "yes" : "no");
+          described = true;
+        }
+        round.pingpong_us = run_pingpong(*a, *b, s, n, warmup, o.verify, o.timeout).elapsed_us;
+        round.stream_us = run_stream(*a, *b, s, n, warmup, o.window, o.verify, o.timeout).elapsed_us;
+        if (a->supports_rma()) round.rma = run_rma_read(*a, *b, s, n, warmup, o.window, o.verify);
+        taken.push_back(round);
       }
+      const RoundSummary sum(taken);
+      const bool has_c = sum.has_ceiling();
       auto base = [](const char* case_name, double value, const char* unit) {
         return BenchRecord("fabric", case_name, value, unit);
       };
       auto common = [&](BenchRecord& r) {
         r.with("provider", provider).with("bytes", s).with("iterations", n).with("verified", verified)
-            .with("progress", o.busy_poll ? "busy_poll" : "adaptive");
-        if (has_c) r.with("ceiling_iterations", c->second);
+            .with("progress", o.busy_poll ? "busy_poll" : "adaptive").with("rounds", rounds);
+        if (has_c) r.with("ceiling_iterations", ceiling_iterations);
       };
-
-      const Timed pp = run_pingpong(*a, *b, s, n, warmup, o.verify, o.timeout);
-      {
-        BenchRecord lat = base("tagged_pingpong", pp.elapsed_us / (2.0 * n), "us");
-        if (has_c) with_latency_ceiling(lat, c->first.usec_per_xfer, "fi_pingpong");
-        else lat.with("better", "lower");
-        lat.with("metric", "one-way latency (round trip / 2)");
-        common(lat);
-        report.add(std::move(lat));
-        BenchRecord bw = base("tagged_pingpong", 2.0 * n * static_cast<double>(s) / pp.elapsed_us, "MB/s");
-        if (has_c) bw.with_ceiling(c->first.mb_per_s, "fi_pingpong");
-        bw.with("better", "higher").with("metric", "ping-pong bandwidth (both directions)");
-        common(bw);
-        report.add(std::move(bw));
-      }
-
-      const Timed st = run_stream(*a, *b, s, n, warmup, o.window, o.verify, o.timeout);
-      {
-        BenchRecord bw = base("tagged_stream", n * static_cast<double>(s) / st.elapsed_us, "MB/s");
-        if (has_c) bw.with_ceiling(c->first.mb_per_s, "fi_pingpong").with("ceiling_kind", pp_kind);
-        bw.with("better", "higher").with("metric", "one-way bandwidth").with("window", o.window);
-        common(bw);
-        report.add(std::move(bw));
-      }
+      // ours(round) of a record, the same unit as its value; lower: a latency.
+      auto add = [&](BenchRecord r, const std::function<double(const Round&)>& ours, bool lower,
+                     const std::function<double(const PingpongFigures&)>& ceiling) {
+        if (has_c) {
+          const double c = sum.median_ceiling(ceiling);
+          if (lower) {
+            with_latency_ceiling(r, c, "fi_pingpong");
+          } else {
+            r.with_ceiling(c, "fi_pingpong").with("better", "higher");
+          }
+          if (const auto range = sum.ratio_range(ours, ceiling, lower)) {
+            r.with("ratio_min", range->first).with("ratio_max", range->second);
+          }
+        } else {
+          r.with("better", lower ? "lower" : "higher");
+        }
+        common(r);
+        report.add(std::move(r));
+      };
+      const double bytes = static_cast<double>(s);
+      auto pp_us = [&](const Round& r) { return r.pingpong_us / (2.0 * n); };
+      auto pp_mb = [&](const Round& r) { return 2.0 * n * bytes / r.pingpong_us; };
+      auto st_mb = [&](const Round& r) { return n * bytes / r.stream_us; };
+      auto usec = [](const PingpongFigures& c) { return c.usec_per_xfer; };
+      auto mb = [](const PingpongFigures& c) { return c.mb_per_s; };
+      add(base("tagged_pingpong", sum.median(pp_us), "us").with("metric", "one-way latency (round trip / 2)"), pp_us,
+          true, usec);
+      add(base("tagged_pingpong", sum.median(pp_mb), "MB/s").with("metric", "ping-pong bandwidth (both directions)"),
+          pp_mb, false, mb);
+      BenchRecord stream = base("tagged_stream", sum.median(st_mb), "MB/s");
+      stream.with("metric", "one-way bandwidth").with("window", o.window);
+      if (has_c) stream.with("ceiling_kind", pp_kind);
+      add(std::move(stream), st_mb, false, mb);
 
       if (!a->supports_rma()) {
         log << provider << ": no FI_RMA, rma_read skipped\n";
       } else {
-        const RmaTimes rt = run_rma_read(*a, *b, s, n, warmup, o.window, o.verify);
-        BenchRecord lat = base("rma_read", rt.latency.elapsed_us / n, "us");
-        if (has_c) {
-          with_latency_ceiling(lat, c->first.usec_per_xfer, "fi_pingpong")
-              .with("ceiling_kind", "fi_pingpong usec/xfer (half a round trip of tagged messages)");
-        } else {
-          lat.with("better", "lower");
-        }
+        auto rma_us = [&](const Round& r) { return r.rma->latency.elapsed_us / n; };
+        auto rma_mb = [&](const Round& r) { return n * bytes / r.rma->bandwidth.elapsed_us; };
+        BenchRecord lat = base("rma_read", sum.median(rma_us), "us");
         lat.with("metric", "latency per read, one at a time");
-        common(lat);
-        report.add(std::move(lat));
-        BenchRecord bw = base("rma_read", n * static_cast<double>(s) / rt.bandwidth.elapsed_us, "MB/s");
-        if (has_c) bw.with_ceiling(c->first.mb_per_s, "fi_pingpong").with("ceiling_kind", pp_kind);
-        bw.with("better", "higher").with("metric", "read bandwidth").with("window", o.window);
-        common(bw);
-        report.add(std::move(bw));
+        if (has_c) lat.with("ceiling_kind", "fi_pingpong usec/xfer (half a round trip of tagged messages)");
+        add(std::move(lat), rma_us, true, usec);
+        BenchRecord bw = base("rma_read", sum.median(rma_mb), "MB/s");
+        bw.with("metric", "read bandwidth").with("window", o.window);
+        if (has_c) bw.with("ceiling_kind", pp_kind);
+        add(std::move(bw), rma_mb, false, mb);
       }
-      log << fmt::format("{} {}: measured ({} iterations)\n", provider, human_bytes(s), n);
+      log << fmt::format("{} {}: measured ({} iterations, {} round{})\n", provider, human_bytes(s), n, rounds,
+                         rounds == 1 ? "" : "s");
     }
   } catch (const CaseFailure& e) {
     log << provider << ": " << (e.code == 1 ? "verification failed: " : "error: ") << e.what() << "\n";

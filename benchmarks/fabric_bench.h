@@ -28,6 +28,9 @@
 // Ratios: for MB/s value / ceiling; for us ceiling / value, since lower is
 // better (field "better": "lower"). Either way >= 1 means as good as
 // fi_pingpong. Records whose ceiling could not be measured have none.
+// Rounds: each size is measured `rounds` times, fi_pingpong then ours each
+// time; a record's value and ceiling are the medians over the rounds, and
+// fields ratio_min and ratio_max give the spread of the rounds' own ratios.
 // Verification (on unless `verify` is false): every payload word is distinct
 // (word k of message i differs from its neighbours and between messages);
 // the first and the last message of each timed loop are compared in full,
@@ -53,6 +56,10 @@ struct FabricBenchOptions {
   // Timed iterations per case and size; 0: default_fabric_iterations(size).
   int iterations = 0;
   int window = 8;        // sends or reads in flight in tagged_stream and rma_read MB/s
+  // Rounds per size, each fi_pingpong then our cases: every figure is the
+  // median of its rounds (this machine's speed swings by a third between
+  // runs a minute apart), with the rounds' lowest and highest ratio.
+  int rounds = 3;
   bool verify = true;
   bool ceiling = true;   // run fi_pingpong
   // Our endpoints poll without sleeping, as fi_pingpong does (EndpointOptions::busy_poll);

@@ -95,8 +95,16 @@ FabricBenchOptions tiny() {
   o.sizes = {4096};
   o.iterations = 6;
   o.window = 3;
+  o.rounds = 1;
   o.timeout = std::chrono::milliseconds(20000);
   return o;
+}
+
+const BenchField* field(const BenchRecord& r, const std::string& key) {
+  for (const auto& [k, v] : r.fields) {
+    if (k == key) return &v;
+  }
+  return nullptr;
 }
 
 void expect_records(const BenchReport& report) {
@@ -130,6 +138,37 @@ TEST(FabricBench, TinyRunWithCeilingWhenFiPingpongRuns) {
   // Without libfabric-bin the run still succeeds, and says why there is no ratio.
   if (!report.records().front().ceiling) {
     EXPECT_NE(log.str().find("no fi_pingpong ceiling"), std::string::npos) << log.str();
+  }
+}
+
+// Two rounds: every record says so, and where fi_pingpong ran, the rounds'
+// own ratios bound the spread (a two-round median is the mean, whose ratio
+// lies between the rounds').
+TEST(FabricBench, RoundsGiveMediansAndTheSpreadOfTheRatios) {
+  FabricBenchOptions o = tiny();
+  o.rounds = 2;
+  BenchReport report;
+  std::ostringstream log;
+  ASSERT_EQ(measure_fabric_provider(o, "tcp;ofi_rxm", report, log), 0) << log.str();
+  expect_records(report);
+  EXPECT_NE(log.str().find("2 rounds"), std::string::npos) << log.str();
+  for (const auto& r : report.records()) {
+    const BenchField* rounds = field(r, "rounds");
+    ASSERT_NE(rounds, nullptr) << r.case_name;
+    EXPECT_EQ(std::get<int64_t>(*rounds), 2);
+    if (!r.ratio) continue;
+    const BenchField* lo = field(r, "ratio_min");
+    const BenchField* hi = field(r, "ratio_max");
+    if (lo == nullptr) {  // fi_pingpong failed in a round: said so, no spread
+      EXPECT_NE(log.str().find("no fi_pingpong ceiling"), std::string::npos) << r.case_name << "\n" << log.str();
+      continue;
+    }
+    ASSERT_NE(hi, nullptr) << r.case_name;
+    EXPECT_LE(std::get<double>(*lo), std::get<double>(*hi)) << r.case_name;
+    // Value and ceiling are both means of two rounds: their ratio is the
+    // mediant of the rounds' ratios, so it lies between them.
+    EXPECT_GE(*r.ratio, std::get<double>(*lo) * (1 - 1e-9)) << r.case_name;
+    EXPECT_LE(*r.ratio, std::get<double>(*hi) * (1 + 1e-9)) << r.case_name;
   }
 }
 

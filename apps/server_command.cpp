@@ -143,10 +143,11 @@ int run_server(ServerFlags f) {
   std::fprintf(stderr, "%s\n",
                fmt::format("server {}: {} pushes ({} keys), {} pulls ({} keys), {} clocks, {} parked, {} bad "
                            "messages{}, {} non-finite gradients refused, {} retried pushes answered without applying "
-                           "them again, {} retried clocks answered{}; max staleness {}",
+                           "them again, {} retried clocks answered, {} pushes and clocks that arrived late (sent "
+                           "again after a loss){}; max staleness {}",
                            node.role_rank, st.pushes, st.keys_pushed, st.pulls, st.keys_pulled, st.clocks, st.parked,
                            st.bad_messages, st.last_error.empty() ? "" : " (last: " + st.last_error + ")",
-                           st.refused_non_finite, st.duplicate_pushes, st.duplicate_clocks,
+                           st.refused_non_finite, st.duplicate_pushes, st.duplicate_clocks, st.late_requests,
                            so.consistency.kind == ps::ConsistencyModel::Kind::kBsp
                                ? fmt::format(", {} BSP rounds applied as one step ({} before every worker ended "
                                              "them)",

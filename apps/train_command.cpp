@@ -60,10 +60,10 @@ void report_recoveries(uint32_t w, const worker::KvClientStats& st, const rdma::
                  static_cast<unsigned long long>(st.bytes_lost_in_rejoins));
   }
   const std::string losses = rdma::describe_losses(transport);
-  if (st.reads_resent > 0 || !losses.empty()) {
+  if (st.overdue_resent > 0 || !losses.empty()) {
     std::fprintf(stderr, "%s\n",
-                 fmt::format("worker {}: {} read{} sent again for want of a reply (--resend-reads-after); transport: {}",
-                             w, st.reads_resent, st.reads_resent == 1 ? "" : "s",
+                 fmt::format("worker {}: {} request{} sent again for want of a reply (--resend-after); transport: {}",
+                             w, st.overdue_resent, st.overdue_resent == 1 ? "" : "s",
                              losses.empty() ? "no losses counted" : losses)
                      .c_str());
   }
@@ -81,7 +81,7 @@ struct TrainFlags {
   bool no_pull_ahead = false;
   bool partition = false;
   bool delta_keys = false;  // --delta-keys: KvClientOptions::delta_varint_keys
-  double resend_reads_after_s = 10;  // --resend-reads-after: KvClientOptions::resend_reads_after
+  double resend_after_s = 10;  // --resend-after: KvClientOptions::resend_after
   bool pull_ahead = false;  // fm, dnn: off unless asked (it breaks read-my-writes; see --help)
   CLI::Option* lr_option = nullptr;
   CLI::Option* batch_option = nullptr;
@@ -356,7 +356,7 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
 worker::KvClientOptions kv_options(const TrainFlags& flags) {
   worker::KvClientOptions o;
   o.delta_varint_keys = flags.delta_keys;
-  o.resend_reads_after = std::chrono::milliseconds(static_cast<int64_t>(flags.resend_reads_after_s * 1000));
+  o.resend_after = std::chrono::milliseconds(static_cast<int64_t>(flags.resend_after_s * 1000));
   return o;
 }
 
@@ -911,12 +911,13 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_flag("--delta-keys", flags->delta_keys,
                 "Distributed: send each batch's sorted keys to the servers delta + varint coded (1-3 bytes a key "
                 "for a small key space instead of 8; less on the wire, a little more work on both sides)");
-  cmd->add_option("--resend-reads-after", flags->resend_reads_after_s,
-                  "Distributed: a pull still missing a server's reply after this many seconds is sent to it again, "
-                  "each such period, until the 60 s request timeout (a message the transport lost then costs a "
-                  "delay, not the job; pushes and clocks are never sent twice this way); 0: never")
+  cmd->add_option("--resend-after,--resend-reads-after", flags->resend_after_s,
+                  "Distributed: a request still missing a server's reply after this many seconds is sent to it again, "
+                  "each such period, until the 60 s request timeout: a message the transport lost then costs a delay, "
+                  "not the job (a server applies a push, or ticks a clock, once; a push whose first copy was lost is "
+                  "applied late, after this worker's next clock); 0: never")
       ->check(CLI::Range(0.0, 3600.0))
-      ->default_val(flags->resend_reads_after_s);
+      ->default_val(flags->resend_after_s);
   cmd->add_flag("--pull-ahead", flags->pull_ahead,
                 "fm, dnn distributed: pull the next batch before pushing this one (faster; the pull misses this "
                 "worker's own last push)");

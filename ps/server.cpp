@@ -31,6 +31,7 @@ Server::Server(rdma::Endpoint& endpoint, const ClusterMap& map, uint32_t server_
       range_(map.partition().range(server_index)),
       clocks_(map.num_workers()),
       last_push_id_(map.num_workers(), 0),
+      seen_(map.num_workers()),
       worker_bytes_pushed_(map.num_workers(), 0),
       merge_rounds_(options.consistency.kind == ConsistencyModel::Kind::kBsp && map.num_workers() > 1) {
   unsigned apply_threads = options.apply_threads;
@@ -214,8 +215,10 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
   if (clock == kCheckpointClocks) {
     last_push_id_ = c.last_push_ids;
     worker_bytes_pushed_ = c.worker_bytes_pushed;
+    for (size_t w = 0; w < seen_.size(); ++w) seen_[w].restore(last_push_id_[w]);
   } else {
     std::fill(last_push_id_.begin(), last_push_id_.end(), 0);
+    seen_.assign(seen_.size(), SeenRequests{});
     std::fill(worker_bytes_pushed_.begin(), worker_bytes_pushed_.end(), 0);
     // A checkpoint of this run as soon as every worker has ticked past the
     // set's clock, so that this server can rejoin before its first periodic
@@ -307,9 +310,10 @@ std::string Server::check_request(const rdma::Message& message, const DecodedMes
 }
 
 bool Server::is_retried_push(uint32_t worker, uint64_t request_id) {
-  if (request_id == 0) return false;  // a requester that does not number its pushes
-  if (request_id <= last_push_id_[worker]) return true;
-  last_push_id_[worker] = request_id;
+  const SeenRequests::Arrival a = seen_[worker].note(request_id);
+  if (a == SeenRequests::Arrival::kSeen) return true;
+  if (a == SeenRequests::Arrival::kLate) ++stats_.late_requests;
+  last_push_id_[worker] = std::max(last_push_id_[worker], request_id);
   return false;
 }
 
@@ -385,12 +389,20 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       answer_pull(message, d);
       return;
     case Op::kClock: {
+      // Noted first; but a clock ahead of the worker's ticks whatever its id
+      // (a rejoined server's checkpoint counts ids as seen that it has not
+      // ticked).
+      const SeenRequests::Arrival arrival = seen_[worker].note(h.request_id);
       const auto r = clocks_.tick(worker, h.clock);
-      if (r == ClockTable::TickResult::kStale && h.clock == clocks_.clock(worker)) {
-        // The clock this server already holds, sent again: a worker retries
-        // its unanswered clock to a server that rejoined, whose checkpoint
-        // (written after the tick, before the reply got out) may hold it.
-        // Ticking is idempotent, so it is answered like the first.
+      if (r == ClockTable::TickResult::kStale &&
+          (h.clock == clocks_.clock(worker) || arrival != SeenRequests::Arrival::kFirst)) {
+        // A clock this server has already passed, sent again: a worker
+        // retries its unanswered clock to a server that rejoined, whose
+        // checkpoint (written after the tick, before the reply got out) may
+        // hold it; or sends again a clock whose request or reply the
+        // transport lost, after its next clock got through. Ticking is
+        // idempotent, so it is answered like the first.
+        if (arrival == SeenRequests::Arrival::kLate) ++stats_.late_requests;
         ++stats_.duplicate_clocks;
         reply_header(message.from, h, Op::kClockReply);
         return;

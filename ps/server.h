@@ -49,6 +49,7 @@
 #include "ps/consistency.h"
 #include "ps/dense_table.h"
 #include "ps/merged_rounds.h"
+#include "ps/seen_requests.h"
 #include "ps/sparse_table.h"
 #include "ps/wire_format.h"
 #include "rdma/endpoint.h"
@@ -79,7 +80,8 @@ struct ServerStats {
   uint64_t bytes_pushed_restored = 0;  // ... before it, as the restored checkpoint says
   uint64_t refused_non_finite = 0;  // keys whose gradient was refused by the updater
   uint64_t duplicate_pushes = 0;    // retries of pushes already applied: answered, not applied
-  uint64_t duplicate_clocks = 0;    // retries of the worker's current clock (after a rejoin): answered
+  uint64_t duplicate_clocks = 0;    // retries of a clock already ticked (a lost reply, a rejoin): answered
+  uint64_t late_requests = 0;       // pushes and clocks first seen after a later one: sent again after a loss
   uint64_t rounds_applied = 0;      // BSP rounds applied as one step (merged pushes)
   uint64_t rounds_applied_early = 0;  // ... of them before every worker ended it (a pull or a checkpoint)
   uint64_t bad_messages = 0;        // answered with an error
@@ -168,8 +170,8 @@ class Server {
   // (DenseTable::publish_clock), for one-sided readers.
   void publish_min_clock();
   void checkpoint_if_due();
-  // A push whose request id this worker's pushes already passed; else
-  // records the id as the last applied.
+  // A push this server has seen before (SeenRequests); else notes it, and
+  // its id as the last applied when it is the highest.
   bool is_retried_push(uint32_t worker, uint64_t request_id);
   // Checks table, kind and sizes; returns an error text or "".
   std::string check_request(const rdma::Message& message, const DecodedMessage& d) const;
@@ -185,12 +187,16 @@ class Server {
   // Dense shards registered for one-sided reads (providers with FI_RMA).
   std::map<uint32_t, rdma::MemoryRegion> dense_regions_;
   ClockTable clocks_;
-  // By worker index: the request id of the last push applied. A worker's
-  // requests arrive in the order of their ids (the client numbers and
-  // sends them under one lock; the transport keeps each sender's order),
-  // so a push whose id is not above it is a retry of one already applied:
-  // answered, not applied again.
+  // By worker index: the highest request id of a push applied (what a
+  // checkpoint keeps), and the ids of its pushes and clocks seen lately. A
+  // worker's requests arrive in the order of their ids (the client numbers
+  // and sends them under one lock; the transport keeps each sender's order),
+  // except a request the client sent again: one seen before (its reply was
+  // lost, or the server rejoined from a checkpoint that holds it) is
+  // answered and changes nothing; one never seen (the transport lost it) is
+  // applied, late.
   std::vector<uint64_t> last_push_id_;
+  std::vector<SeenRequests> seen_;
   std::vector<uint64_t> worker_bytes_pushed_;  // by worker index, this run
   std::deque<Parked> parked_;
   bool merge_rounds_ = false;  // BSP with more than one worker

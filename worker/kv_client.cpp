@@ -18,9 +18,6 @@ using Clock = std::chrono::steady_clock;
 // small read; a region that puts the clock further out is refused.
 constexpr uint64_t kMaxClockOffset = 56;
 
-// Requests that change nothing at the server: safe to send again.
-bool is_read(ps::Op op) { return op == ps::Op::kPull || op == ps::Op::kDensePull || op == ps::Op::kDenseRegion; }
-
 std::future<rdma::Status> ready(rdma::Status s) {
   std::promise<rdma::Status> p;
   p.set_value(std::move(s));
@@ -121,7 +118,7 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
   // While a server may rejoin, a request waits for it too.
   const auto now = Clock::now();
   p->deadline = now + options_.timeout + map_.server_rejoin_timeout;
-  if (options_.resend_reads_after.count() > 0 && is_read(p->request_op)) p->resend_at = now + options_.resend_reads_after;
+  if (options_.resend_after.count() > 0) p->resend_at = now + options_.resend_after;
   p->remaining = p->messages.size();
   std::future<rdma::Status> fut = p->promise.get_future();
   if (p->remaining == 0) {
@@ -747,6 +744,7 @@ void KvClient::sweep() {
   std::vector<std::unique_ptr<Pending>> failed;
   std::vector<std::pair<Pending*, std::vector<uint32_t>>> resend;
   const auto now = Clock::now();
+  const uint64_t newest = next_request_.load() - 1;  // the last id numbered
   {
     std::lock_guard lock(mu_);
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -789,12 +787,15 @@ void KvClient::sweep() {
         it = pending_.erase(it);
       } else {
         if (now >= p.resend_at) {
-          // Overdue: the servers that have not answered get it again.
+          // Overdue: the servers that have not answered get it again, while
+          // they can still tell it from a new request (kResendWindow).
           std::vector<uint32_t> servers;
-          for (auto& [server, ok] : p.answered) {
-            if (!ok) servers.push_back(server);
+          if (newest - p.id < kResendWindow) {
+            for (auto& [server, ok] : p.answered) {
+              if (!ok) servers.push_back(server);
+            }
           }
-          p.resend_at = now + options_.resend_reads_after;
+          p.resend_at = now + options_.resend_after;
           if (!servers.empty()) {
             p.posting = true;  // as in start(): nobody else finishes or frees it meanwhile
             resend.emplace_back(&p, std::move(servers));
@@ -804,7 +805,7 @@ void KvClient::sweep() {
       }
     }
   }
-  if (!resend.empty()) resend_reads(resend);
+  if (!resend.empty()) resend_overdue(resend);
   for (auto& p : failed) {
     for (auto& s : p->sends) {
       if (s.done.valid()) (void)endpoint_.wait(s.done);  // keep buffers until the transport lets go
@@ -819,7 +820,7 @@ void KvClient::sweep() {
   }
 }
 
-void KvClient::resend_reads(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend) {
+void KvClient::resend_overdue(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend) {
   std::vector<std::vector<Pending::Send>> sent(resend.size());
   uint64_t messages = 0;
   for (size_t i = 0; i < resend.size(); ++i) {
@@ -832,7 +833,7 @@ void KvClient::resend_reads(std::vector<std::pair<Pending*, std::vector<uint32_t
   std::vector<std::unique_ptr<Pending>> done;
   {
     std::lock_guard lock(mu_);
-    stats_.reads_resent += messages;
+    stats_.overdue_resent += messages;
     for (size_t i = 0; i < resend.size(); ++i) {
       Pending* p = resend[i].first;
       for (auto& send : sent[i]) p->sends.push_back(std::move(send));

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ps/cluster_map.h"
+#include "ps/seen_requests.h"
 #include "ps/wire_format.h"
 #include "rdma/endpoint.h"
 
@@ -46,19 +47,22 @@ struct KvClientOptions {
   // coded (ps::kFlagDeltaVarintKeys): 1 to 3 bytes a key for a small key
   // space instead of 8. Keys in any other order go as they are.
   bool delta_varint_keys = false;
-  // A read (pull, dense pull, region request) still missing a server's reply
-  // after this long is sent to that server again, and again each period
-  // until `timeout`: a request or reply the transport lost no longer fails
-  // the job (reads are idempotent; pushes and clocks are never re-sent
-  // here). 0: never.
-  std::chrono::milliseconds resend_reads_after{10000};
+  // A request still missing a server's reply after this long is sent to
+  // that server again, with its id, and again each period until `timeout`:
+  // a request or reply the transport lost no longer fails the job. Reads
+  // are idempotent; a server applies a push or ticks a clock it has seen
+  // once (ps::SeenRequests), and a push whose first copy was lost late,
+  // after this worker's later requests (its clock's tick included). Only
+  // while fewer than kResendWindow newer requests have been numbered: an
+  // older one fails at the timeout. 0: never.
+  std::chrono::milliseconds resend_after{10000};
 };
 
 struct KvClientStats {
   uint64_t push_bytes = 0, pull_bytes = 0;  // payload sent and received
   uint64_t requests = 0, errors = 0, unexpected_replies = 0;
   uint64_t rejoins = 0, resent = 0;  // servers back under their rank; requests sent to them again
-  uint64_t reads_resent = 0;         // reads sent again for want of a reply (resend_reads_after)
+  uint64_t overdue_resent = 0;       // requests sent again for want of a reply (resend_after)
   // Gradient bytes of this worker's pushes that a server acknowledged, then
   // lost when it died (applied after the checkpoint it rejoined from), over
   // every rejoin (server_rejoined).
@@ -119,6 +123,9 @@ class KvClient {
   // last clock, so they are answered. No clock() may follow.
   std::future<rdma::Status> finish();
   static constexpr int64_t kFinishedClock = int64_t{1} << 60;
+  // How far back (in request ids) resend_after still sends a request again:
+  // half a server's window of ids it tells apart (ps::SeenRequests).
+  static constexpr uint64_t kResendWindow = ps::SeenRequests::kWindow / 2;
 
   int64_t current_clock() const { return clock_.load(); }
   // A resumed job: this worker's clock continues from `clock` (the
@@ -163,8 +170,8 @@ class KvClient {
   void receive_loop();
   void on_reply(const rdma::Message& m);
   void sweep();
-  // Sends each read again to the servers listed with it (sweep, outside mu_).
-  void resend_reads(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend);
+  // Sends each request again to the servers listed with it (sweep, outside mu_).
+  void resend_overdue(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend);
 
   rdma::Endpoint& endpoint_;
   const ps::ClusterMap& map_;

@@ -137,16 +137,17 @@ TEST_F(TrainModels, DnnReadingTheMlpOneSidedTrainsTheSameModelAsByMessage) {
   EXPECT_NE(by_message.find("MLP read by message"), std::string::npos) << by_message;
 }
 
-// Every pull not answered within 1 ms is sent again (under BSP many wait
-// longer, parked until the other worker's clock): the servers answer the
-// copies too, the workers count the extra replies, and the model is the
-// same as without resends (BSP is deterministic).
-TEST_F(TrainModels, PullsSentAgainLeaveTheModelAsItWas) {
-  auto run = [&](const char* after) { return launch_dnn_bsp({}, {"--resend-reads-after", after}); };
+// Every request not answered within 1 ms is sent again (under BSP many
+// pulls wait longer, parked until the other worker's clock): the servers
+// answer the copies too, apply each push and tick each clock once, the
+// workers count the extra replies, and the model is the same as without
+// resends (BSP is deterministic).
+TEST_F(TrainModels, RequestsSentAgainLeaveTheModelAsItWas) {
+  auto run = [&](const char* after) { return launch_dnn_bsp({}, {"--resend-after", after}); };
   const std::string plain = run("10"), resent = run("0.001");
   EXPECT_EQ(held_out(resent), held_out(plain)) << plain << "\n" << resent;
   uint64_t sent_again = 0;
-  const std::regex re(R"(\] worker \d: (\d+) reads? sent again for want of a reply \(--resend-reads-after\); transport: no losses counted)");
+  const std::regex re(R"(\] worker \d: (\d+) requests? sent again for want of a reply \(--resend-after\); transport: no losses counted)");
   for (std::sregex_iterator m(resent.begin(), resent.end(), re), e; m != e; ++m) sent_again += std::stoull((*m)[1]);
   EXPECT_GT(sent_again, 0u) << resent;
   EXPECT_EQ(plain.find("sent again for want of a reply"), std::string::npos) << plain;

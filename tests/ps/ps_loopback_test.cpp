@@ -731,7 +731,8 @@ TEST(PsValidation, KeysOfAnotherServerAreRefusedNamingIt) {
 
 // A push sent again with the same request id (a worker retrying after a
 // lost reply) is answered every time and applied once; a later id is
-// applied. Sparse and dense alike; the count of retries is kept.
+// applied, and so is an earlier one never seen (its first copy was lost).
+// Sparse and dense alike; the count of retries is kept.
 TEST(PsExactlyOnce, ARetriedPushIsAnsweredAndAppliedOnce) {
   // ASP: worker 0 reads worker 1's pushes without clocks (BSP: PsBspRounds).
   Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10)},
@@ -760,21 +761,27 @@ TEST(PsExactlyOnce, ARetriedPushIsAnsweredAndAppliedOnce) {
   exchange(push(5), Op::kPushReply);  // the retry: answered, not applied
   exchange(dense_push(6), Op::kDensePushReply);
   exchange(dense_push(6), Op::kDensePushReply);
-  exchange(push(4), Op::kPushReply);  // older than the last applied: a retry too
+  // Below the last applied and never seen: the first copy of a push the
+  // transport lost, sent again after the worker's later requests. Applied
+  // (late); its own retry is not.
+  exchange(push(4), Op::kPushReply);
+  exchange(push(4), Op::kPushReply);
   std::vector<float> out(2);
   ASSERT_TRUE(job.worker(0).pull(0, std::vector<uint64_t>{key}, out.data()).get().ok());
-  EXPECT_EQ(out, (std::vector<float>{-1, -2}));  // SGD with rate 1: minus one push
+  EXPECT_EQ(out, (std::vector<float>{-2, -4}));  // SGD with rate 1: minus pushes 5 and 4
   std::vector<float> rows(4);
   ASSERT_TRUE(job.worker(0).dense_pull(1, 3, 2, rows.data()).get().ok());
   EXPECT_EQ(rows, (std::vector<float>{-1, -1, -1, -1}));
   exchange(push(9), Op::kPushReply);  // a new one is applied
   ASSERT_TRUE(job.worker(0).pull(0, std::vector<uint64_t>{key}, out.data()).get().ok());
-  EXPECT_EQ(out, (std::vector<float>{-2, -4}));
+  EXPECT_EQ(out, (std::vector<float>{-3, -6}));
   EXPECT_EQ(job.server(0).stats().duplicate_pushes, 3u);
+  EXPECT_EQ(job.server(0).stats().late_requests, 1u);
+  EXPECT_EQ(job.server(0).last_push_ids()[1], 9u);
   // The other worker's ids are its own: its pushes (ids from 1) are applied.
   ASSERT_TRUE(job.worker(0).push(0, std::vector<uint64_t>{key}, g).get().ok());
   ASSERT_TRUE(job.worker(0).pull(0, std::vector<uint64_t>{key}, out.data()).get().ok());
-  EXPECT_EQ(out, (std::vector<float>{-3, -6}));
+  EXPECT_EQ(out, (std::vector<float>{-4, -8}));
 }
 
 // A server that never answers: the request fails at the client's timeout,
@@ -798,14 +805,14 @@ TEST(PsTimeout, AnUnansweredRequestNamesTheServerAndTheTransportsLosses) {
 }
 
 // A pull the transport lost (here: taken off the server's endpoint before
-// the server serves) is sent again after resend_reads_after and answered;
+// the server serves) is sent again after resend_after and answered;
 // with resends off, the same loss fails the pull at the timeout.
 TEST(PsTimeout, ALostPullIsSentAgainAndAnswered) {
   for (const bool resend : {true, false}) {
     SCOPED_TRACE(resend ? "resend" : "no resend");
     KvClientOptions co;
     co.timeout = std::chrono::milliseconds(resend ? 20000 : 1000);
-    co.resend_reads_after = std::chrono::milliseconds(resend ? 200 : 0);
+    co.resend_after = std::chrono::milliseconds(resend ? 200 : 0);
     Job job("tcp;ofi_rxm", 1, 1, {sgd_table(0, 2)}, {}, 0, co);
     const std::vector<uint64_t> keys = {3, 7, 11};
     std::vector<float> out(6, 1.0f);
@@ -816,14 +823,78 @@ TEST(PsTimeout, ALostPullIsSentAgainAndAnswered) {
     if (resend) {
       EXPECT_TRUE(s.ok()) << s.to_string();
       EXPECT_EQ(out, std::vector<float>(6, 0.0f));  // the table's initial values
-      EXPECT_GE(job.worker(0).stats().reads_resent, 1u);
+      EXPECT_GE(job.worker(0).stats().overdue_resent, 1u);
       EXPECT_GE(job.server(0).stats().pulls, 1u);
     } else {
       EXPECT_EQ(s.code(), rdma::StatusCode::kTimedOut) << s.to_string();
-      EXPECT_EQ(job.worker(0).stats().reads_resent, 0u);
+      EXPECT_EQ(job.worker(0).stats().overdue_resent, 0u);
       EXPECT_EQ(job.server(0).stats().pulls, 0u);
     }
   }
+}
+
+// A push the transport lost (taken off the server's endpoint before the
+// server serves) is sent again after resend_after and applied, although a
+// later push of the worker got through first: the sum holds both, once.
+// With resends off, the same loss fails the push at the timeout.
+TEST(PsTimeout, ALostPushIsSentAgainAndAppliedOnceAfterALaterOne) {
+  for (const bool resend : {true, false}) {
+    SCOPED_TRACE(resend ? "resend" : "no resend");
+    KvClientOptions co;
+    co.timeout = std::chrono::milliseconds(resend ? 20000 : 1000);
+    co.resend_after = std::chrono::milliseconds(resend ? 300 : 0);
+    Job job("tcp;ofi_rxm", 1, 1, {sgd_table(0, 1)}, {}, 0, co);
+    const std::vector<uint64_t> keys = {3, 7};
+    auto lost = job.worker(0).push(0, keys, std::vector<float>{1, 2});
+    ASSERT_TRUE(job.endpoint(0).receive(std::chrono::seconds(10))) << "the push never reached the server's endpoint";
+    job.start();
+    // A later push, applied before the lost one is sent again.
+    ASSERT_TRUE(job.worker(0).push(0, keys, std::vector<float>{10, 20}).get().ok());
+    const rdma::Status s = lost.get();
+    std::vector<float> out(2, 1.0f);
+    ASSERT_TRUE(job.worker(0).pull(0, keys, out.data()).get().ok());
+    if (resend) {
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(out, (std::vector<float>{-11, -22}));  // SGD, rate 1: both pushes
+      EXPECT_GE(job.worker(0).stats().overdue_resent, 1u);
+      EXPECT_EQ(job.server(0).stats().late_requests, 1u);
+      EXPECT_EQ(job.server(0).stats().pushes, 2u);
+    } else {
+      EXPECT_EQ(s.code(), rdma::StatusCode::kTimedOut) << s.to_string();
+      EXPECT_EQ(out, (std::vector<float>{-10, -20}));
+      EXPECT_EQ(job.worker(0).stats().overdue_resent, 0u);
+      EXPECT_EQ(job.server(0).stats().pushes, 1u);
+    }
+  }
+}
+
+// A clock whose first copy was lost, arriving after the worker's next clock
+// (sent again): answered, not refused as older; an older clock the server
+// never saw the id of before is still refused (below).
+TEST(PsExactlyOnce, AClockSentAgainAfterTheNextOneIsAnswered) {
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1);
+  job.start();
+  rdma::Endpoint& raw = job.endpoint(2);  // worker 1
+  auto exchange = [&](int64_t clock, uint64_t id) {
+    const auto bytes = encode_message(WireHeader{.op = Op::kClock, .sender = 2, .clock = clock, .request_id = id}, {},
+                                      std::span<const std::byte>());
+    EXPECT_TRUE(raw.send(0, 0, bytes.data(), bytes.size()).get().ok());
+    auto m = raw.receive(std::chrono::seconds(10));
+    DecodedMessage d;
+    if (!m || decode_message(m->data, WireLimits{}, d)) return std::make_pair(Op::kError, std::string("no reply"));
+    return std::make_pair(d.header.op, d.error_text);
+  };
+  EXPECT_EQ(exchange(1, 4).first, Op::kClockReply);
+  EXPECT_EQ(exchange(3, 9).first, Op::kClockReply);  // clock 2 (id 6) was lost on its way
+  EXPECT_EQ(exchange(2, 6).first, Op::kClockReply);  // ... and comes again, late
+  EXPECT_EQ(exchange(3, 9).first, Op::kClockReply);  // a lost reply: the same request again
+  EXPECT_EQ(job.server(0).clocks().clock(1), 3);
+  EXPECT_EQ(job.server(0).stats().duplicate_clocks, 2u);
+  EXPECT_EQ(job.server(0).stats().late_requests, 1u);
+  EXPECT_EQ(job.server(0).stats().bad_messages, 0u);
+  const auto older = exchange(2, 10);  // a new request, behind the worker's clock: a bug of the sender
+  EXPECT_EQ(older.first, Op::kError);
+  EXPECT_NE(older.second.find("clock 2 is not past the worker's clock 3"), std::string::npos) << older.second;
 }
 
 // A reply the transport cannot deliver (here: the server's endpoint has
@@ -833,7 +904,7 @@ TEST(PsTimeout, ALostPullIsSentAgainAndAnswered) {
 TEST(PsTimeout, AReplyTheTransportCannotDeliverIsCountedWithItsReason) {
   KvClientOptions co;
   co.timeout = std::chrono::milliseconds(500);
-  co.resend_reads_after = std::chrono::milliseconds(0);
+  co.resend_after = std::chrono::milliseconds(0);
   Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1, TableKind::kDense, 4)}, {}, 0, co);
   job.endpoint(0).mark_peer_failed(1, "the test cut worker 0 off");  // rank 1: worker 0
   job.start();

@@ -1,0 +1,39 @@
+#include "ps/seen_requests.h"
+
+#include <algorithm>
+
+namespace parafab::ps {
+
+SeenRequests::Arrival SeenRequests::note(uint64_t id) {
+  if (id == 0) return Arrival::kFirst;
+  if (id > highest_) {
+    // The ids between the old highest and this one slide into the window
+    // unseen (one word at a time where whole words pass).
+    if (id - highest_ >= kWindow) {
+      std::fill(bits_.begin(), bits_.end(), 0);
+    } else {
+      for (uint64_t k = highest_ + 1; k < id; ++k) {
+        if (k % 64 == 0 && k + 64 <= id) {
+          bits_[(k % kWindow) / 64] = 0;
+          k += 63;
+        } else {
+          clear(k);
+        }
+      }
+    }
+    set(id);
+    highest_ = id;
+    return Arrival::kFirst;
+  }
+  if (highest_ - id >= kWindow) return Arrival::kSeen;
+  if (test(id)) return Arrival::kSeen;
+  set(id);
+  return Arrival::kLate;
+}
+
+void SeenRequests::restore(uint64_t highest) {
+  highest_ = highest;
+  std::fill(bits_.begin(), bits_.end(), ~uint64_t{0});
+}
+
+}  // namespace parafab::ps

@@ -790,7 +790,7 @@ void KvClient::sweep() {
           // Overdue: the servers that have not answered get it again, while
           // they can still tell it from a new request (kResendWindow).
           std::vector<uint32_t> servers;
-          if (newest - p.id < kResendWindow) {
+          if (p.id > newest || newest - p.id < kResendWindow) {
             for (auto& [server, ok] : p.answered) {
               if (!ok) servers.push_back(server);
             }

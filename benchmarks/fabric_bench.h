@@ -7,8 +7,8 @@
 //   int rc = run_fabric_bench(o, std::cout);    // table on stdout, JSON lines to the file
 //
 // Two endpoints in this process over 127.0.0.1, opened afresh for each size
-// right after that size's fi_pingpong run, so that both figures of a ratio
-// come from the same few seconds. By default the waiting threads poll the
+// and round right after that round's fi_pingpong run, so that both figures
+// of a ratio come from the same few seconds. By default the waiting threads poll the
 // CQs themselves, as fi_pingpong does (busy_poll); with busy_poll off each
 // endpoint has its adaptive progress thread. A runs on the calling thread,
 // B on a thread of its own.

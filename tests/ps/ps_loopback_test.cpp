@@ -804,15 +804,22 @@ TEST(PsTimeout, AnUnansweredRequestNamesTheServerAndTheTransportsLosses) {
   EXPECT_EQ(s.message().find("had not completed"), std::string::npos) << s.message();
 }
 
+// The client of the lost-message tests: resending after 200 ms within a
+// 20 s timeout, or never, failing at 1 s.
+KvClientOptions lost_message_options(bool resend) {
+  KvClientOptions co;
+  co.timeout = std::chrono::milliseconds(resend ? 20000 : 1000);
+  co.resend_after = std::chrono::milliseconds(resend ? 200 : 0);
+  return co;
+}
+
 // A pull the transport lost (here: taken off the server's endpoint before
 // the server serves) is sent again after resend_after and answered;
 // with resends off, the same loss fails the pull at the timeout.
 TEST(PsTimeout, ALostPullIsSentAgainAndAnswered) {
   for (const bool resend : {true, false}) {
     SCOPED_TRACE(resend ? "resend" : "no resend");
-    KvClientOptions co;
-    co.timeout = std::chrono::milliseconds(resend ? 20000 : 1000);
-    co.resend_after = std::chrono::milliseconds(resend ? 200 : 0);
+    const KvClientOptions co = lost_message_options(resend);
     Job job("tcp;ofi_rxm", 1, 1, {sgd_table(0, 2)}, {}, 0, co);
     const std::vector<uint64_t> keys = {3, 7, 11};
     std::vector<float> out(6, 1.0f);
@@ -840,9 +847,7 @@ TEST(PsTimeout, ALostPullIsSentAgainAndAnswered) {
 TEST(PsTimeout, ALostPushIsSentAgainAndAppliedOnceAfterALaterOne) {
   for (const bool resend : {true, false}) {
     SCOPED_TRACE(resend ? "resend" : "no resend");
-    KvClientOptions co;
-    co.timeout = std::chrono::milliseconds(resend ? 20000 : 1000);
-    co.resend_after = std::chrono::milliseconds(resend ? 300 : 0);
+    const KvClientOptions co = lost_message_options(resend);
     Job job("tcp;ofi_rxm", 1, 1, {sgd_table(0, 1)}, {}, 0, co);
     const std::vector<uint64_t> keys = {3, 7};
     auto lost = job.worker(0).push(0, keys, std::vector<float>{1, 2});
@@ -868,6 +873,18 @@ TEST(PsTimeout, ALostPushIsSentAgainAndAppliedOnceAfterALaterOne) {
   }
 }
 
+// Worker 1 of a job with one raw worker (rank 2, its endpoint `raw`) sends
+// server 0 a clock under the given request id: the reply's op and error text.
+std::pair<Op, std::string> raw_clock(rdma::Endpoint& raw, int64_t clock, uint64_t id) {
+  const auto bytes = encode_message(WireHeader{.op = Op::kClock, .sender = 2, .clock = clock, .request_id = id}, {},
+                                    std::span<const std::byte>());
+  EXPECT_TRUE(raw.send(0, 0, bytes.data(), bytes.size()).get().ok());
+  auto m = raw.receive(std::chrono::seconds(10));
+  DecodedMessage d;
+  if (!m || decode_message(m->data, WireLimits{}, d)) return std::make_pair(Op::kError, std::string("no reply"));
+  return std::make_pair(d.header.op, d.error_text);
+}
+
 // A clock whose first copy was lost, arriving after the worker's next clock
 // (sent again): answered, not refused as older; an older clock the server
 // never saw the id of before is still refused (below).
@@ -875,15 +892,7 @@ TEST(PsExactlyOnce, AClockSentAgainAfterTheNextOneIsAnswered) {
   Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1);
   job.start();
   rdma::Endpoint& raw = job.endpoint(2);  // worker 1
-  auto exchange = [&](int64_t clock, uint64_t id) {
-    const auto bytes = encode_message(WireHeader{.op = Op::kClock, .sender = 2, .clock = clock, .request_id = id}, {},
-                                      std::span<const std::byte>());
-    EXPECT_TRUE(raw.send(0, 0, bytes.data(), bytes.size()).get().ok());
-    auto m = raw.receive(std::chrono::seconds(10));
-    DecodedMessage d;
-    if (!m || decode_message(m->data, WireLimits{}, d)) return std::make_pair(Op::kError, std::string("no reply"));
-    return std::make_pair(d.header.op, d.error_text);
-  };
+  auto exchange = [&](int64_t clock, uint64_t id) { return raw_clock(raw, clock, id); };
   EXPECT_EQ(exchange(1, 4).first, Op::kClockReply);
   EXPECT_EQ(exchange(3, 9).first, Op::kClockReply);  // clock 2 (id 6) was lost on its way
   EXPECT_EQ(exchange(2, 6).first, Op::kClockReply);  // ... and comes again, late
@@ -930,15 +939,7 @@ TEST(PsExactlyOnce, ARetriedClockIsAnsweredAndAnOlderOneRefused) {
   Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1);
   job.start();
   rdma::Endpoint& raw = job.endpoint(2);  // worker 1
-  auto exchange = [&](int64_t clock, uint64_t id) {
-    const auto bytes = encode_message(WireHeader{.op = Op::kClock, .sender = 2, .clock = clock, .request_id = id}, {},
-                                      std::span<const std::byte>());
-    EXPECT_TRUE(raw.send(0, 0, bytes.data(), bytes.size()).get().ok());
-    auto m = raw.receive(std::chrono::seconds(10));
-    DecodedMessage d;
-    if (!m || decode_message(m->data, WireLimits{}, d)) return std::make_pair(Op::kError, std::string("no reply"));
-    return std::make_pair(d.header.op, d.error_text);
-  };
+  auto exchange = [&](int64_t clock, uint64_t id) { return raw_clock(raw, clock, id); };
   EXPECT_EQ(exchange(1, 1).first, Op::kClockReply);
   EXPECT_EQ(exchange(2, 2).first, Op::kClockReply);
   EXPECT_EQ(exchange(2, 2).first, Op::kClockReply);  // the retry

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <system_error>
 
@@ -127,6 +129,23 @@ void check_one_format(const std::vector<std::string>& paths, const DataFlags& fl
   }
 }
 
+std::vector<size_t> files_of_part(const std::vector<std::string>& paths, uint32_t part, uint32_t parts) {
+  std::vector<uint64_t> size(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) size[i] = worker::source_stamp(paths[i]).size;
+  std::vector<size_t> order(paths.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size[a] > size[b]; });
+  std::vector<uint64_t> load(parts, 0);
+  std::vector<size_t> mine;
+  for (const size_t i : order) {
+    const auto least = static_cast<uint32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[least] += size[i];
+    if (least == part) mine.push_back(i);
+  }
+  std::sort(mine.begin(), mine.end());
+  return mine;
+}
+
 namespace {
 
 // The files one after another, each summarized by read_and_summarize (or
@@ -142,15 +161,22 @@ worker::Dataset load_files(const std::string& role, const std::vector<std::strin
                     : load_data(role, paths[0], flags, threads, caches[0], classes, part, parts);
   }
   const auto t0 = std::chrono::steady_clock::now();
+  // Whole files per part when there are enough, else a range of each.
+  const bool whole_files = parts > 1 && paths.size() >= parts;
+  std::vector<size_t> files(paths.size());
+  std::iota(files.begin(), files.end(), size_t{0});
+  if (whole_files) files = files_of_part(paths, part, parts);
   worker::DatasetArrays all;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    const worker::Dataset d = load_data(role, paths[i], flags, threads, caches[i], classes, part, parts);
+  for (const size_t i : files) {
+    const worker::Dataset d = whole_files ? load_data(role, paths[i], flags, threads, caches[i], classes)
+                                          : load_data(role, paths[i], flags, threads, caches[i], classes, part, parts);
     worker::append_rows(all, d.view());
   }
   worker::Dataset joined(std::move(all));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "%s\n",
-               fmt::format("{}: {} files, {} examples, {} nonzeros in {:.2f} s", role, paths.size(), joined.rows(),
+               fmt::format("{}: {} files{}, {} examples, {} nonzeros in {:.2f} s", role, files.size(),
+                           whole_files ? fmt::format(" (whole, of {})", paths.size()) : std::string(), joined.rows(),
                            human_count(static_cast<double>(joined.nnz())), s)
                    .c_str());
   if (training && joined.rows() == 0) {

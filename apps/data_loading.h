@@ -37,6 +37,10 @@ worker::Dataset load_training_data(const std::string& path, const DataFlags& fla
 // then one line for all of them. One file: exactly the single-file load.
 // cache_path: empty (none), or --cache as cache_paths_for reads it. The
 // caller checks first that the files are of one format (check_one_format).
+// part/parts of several files: with at least as many files as parts, part
+// p is the whole files files_of_part assigns it (a compressed file is
+// decompressed by one worker, not by every one); with fewer, the byte range
+// p of every file.
 worker::Dataset load_data(const std::string& role, const std::vector<std::string>& paths, const DataFlags& flags,
                           int threads, const std::string& cache_path, int classes = 2, uint32_t part = 0,
                           uint32_t parts = 1);
@@ -51,6 +55,13 @@ worker::Dataset load_training_data(const std::vector<std::string>& paths, const 
 // (their caches would overwrite each other); std::runtime_error when the
 // directory cannot be created. Empty `cache`: every path empty.
 std::vector<std::string> cache_paths_for(const std::string& cache, const std::vector<std::string>& paths);
+
+// The files (indices into `paths`, in order) of part `part` of `parts`
+// when every part takes whole files (paths.size() >= parts): largest file
+// first, each to the part with the fewest bytes so far (the lowest index
+// among equals), so every worker computes the same split from the files'
+// sizes. Throws worker::DataError when a file cannot be read.
+std::vector<size_t> files_of_part(const std::vector<std::string>& paths, uint32_t part, uint32_t parts);
 
 // Throws std::invalid_argument naming two files of different formats (as
 // --format, or auto-detection, reads them): one job trains on one format.

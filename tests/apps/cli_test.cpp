@@ -401,19 +401,40 @@ TEST_F(Cli, SeveralHeldOutFilesArePredictedInTheirOrder) {
   EXPECT_EQ(read_file(dir_->file("heldout-predict.pred")), read_file(dir_->file("heldout-one.pred")));
 }
 
-// --partition over several files: each worker reads its part of every file.
-TEST_F(Cli, PartitionedWorkersReadTheirPartOfEveryFile) {
-  const std::string a = dir_->file("third.svm"), b = dir_->file("rest.svm");
-  split_lines(dir_->file("train.svm"), 3, a, b);
-  const CmdResult r = run_cli("launch --servers 1 --workers 2 -- " + bin() + " train --train " + a + " " + b +
-                                  " --epochs 1 --threads 1 --partition --quiet",
-                              "FI_TCP_IFACE=lo ");
+// --partition over several files: with at least as many files as workers
+// each worker reads whole files (a compressed one is decompressed once, not
+// by every worker), the largest first to the least loaded; with fewer, its
+// byte range of every file. Either way the job trains on every row once.
+TEST_F(Cli, PartitionedWorkersReadWholeFilesOrTheirPartOfEach) {
+  const std::string whole = read_file(dir_->file("train.svm"));
+  const size_t third = whole.find('\n', whole.size() / 3) + 1, half = whole.find('\n', whole.size() / 2) + 1;
+  const std::string a = dir_->file("p-a.svm"), b = dir_->file("p-b.svm"), c = dir_->file("p-c.svm");
+  std::ofstream(a, std::ios::binary) << whole.substr(0, third);      // 1/3 of the bytes
+  std::ofstream(b, std::ios::binary) << whole.substr(third, half - third);  // 1/6
+  std::ofstream(c, std::ios::binary) << whole.substr(half);          // 1/2
+  auto launch = [&](int workers, const std::string& files) {
+    return run_cli("launch --servers 1 --workers " + std::to_string(workers) + " -- " + bin() + " train --train " +
+                       files + " --epochs 1 --threads 1 --partition --quiet",
+                   "FI_TCP_IFACE=lo ");
+  };
+  // 3 files, 2 workers: c (the largest) to worker 0, a then b to worker 1.
+  CmdResult r = launch(2, a + " " + b + " " + c);
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* part : {"train part 1/2: 2 files", "train part 2/2: 2 files"}) {
+  EXPECT_TRUE(contains(r.out, "train part 1/2: 1 files (whole, of 3)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "train part 2/2: 2 files (whole, of 3)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "train part 1/2 " + c + " (libsvm)")) << r.out;
+  for (const std::string& f : {a, b}) EXPECT_TRUE(contains(r.out, "train part 2/2 " + f + " (libsvm)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "job: 20000 examples by 2 workers")) << r.out;
+  // 2 files, 3 workers: a third of each file each.
+  r = launch(3, a + " " + c);
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* part : {"train part 1/3: 2 files,", "train part 2/3: 2 files,", "train part 3/3: 2 files,"}) {
     EXPECT_TRUE(contains(r.out, part)) << r.out;
   }
-  EXPECT_EQ(count_occurrences(r.out, "train part 1/2 " + b + " (libsvm)"), 1u) << r.out;
-  EXPECT_TRUE(contains(r.out, "job: 20000 examples by 2 workers")) << r.out;
+  EXPECT_EQ(count_occurrences(r.out, "train part 2/3 " + c + " (libsvm)"), 1u) << r.out;
+  EXPECT_TRUE(contains(r.out, "job: " + std::to_string(count_lines(read_file(a)) + count_lines(read_file(c))) +
+                                  " examples by 3 workers"))
+      << r.out;
 }
 
 // A held-out set of one class has no AUC; the line says so instead of "nan".

@@ -906,8 +906,9 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_flag("--quiet", flags->quiet, "Progress once per epoch only");
   add_cluster_flags(cmd, flags->cluster);
   cmd->add_flag("--partition", flags->partition,
-                "Distributed: each worker reads only its byte range of --train (the slot map "
-                "is then hashed, --hash-bits or 2^22, and the dnn's fields are the format's)");
+                "Distributed: each worker reads only its share of --train: whole files when there are at least as "
+                "many as workers, else its byte range of each (the slot map is then hashed, --hash-bits or 2^22, "
+                "and the dnn's fields are the format's)");
   cmd->add_flag("--delta-keys", flags->delta_keys,
                 "Distributed: send each batch's sorted keys to the servers delta + varint coded (1-3 bytes a key "
                 "for a small key space instead of 8; less on the wire, a little more work on both sides)");

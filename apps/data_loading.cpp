@@ -175,7 +175,8 @@ worker::Dataset load_files(const std::string& role, const std::vector<std::strin
   worker::Dataset joined(std::move(all));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "%s\n",
-               fmt::format("{}: {} files{}, {} examples, {} nonzeros in {:.2f} s", role, files.size(),
+               fmt::format("{}: {} file{}{}, {} examples, {} nonzeros in {:.2f} s", role, files.size(),
+                           files.size() == 1 ? "" : "s",
                            whole_files ? fmt::format(" (whole, of {})", paths.size()) : std::string(), joined.rows(),
                            human_count(static_cast<double>(joined.nnz())), s)
                    .c_str());

@@ -420,7 +420,7 @@ TEST_F(Cli, PartitionedWorkersReadWholeFilesOrTheirPartOfEach) {
   // 3 files, 2 workers: c (the largest) to worker 0, a then b to worker 1.
   CmdResult r = launch(2, a + " " + b + " " + c);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "train part 1/2: 1 files (whole, of 3)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "train part 1/2: 1 file (whole, of 3)")) << r.out;
   EXPECT_TRUE(contains(r.out, "train part 2/2: 2 files (whole, of 3)")) << r.out;
   EXPECT_TRUE(contains(r.out, "train part 1/2 " + c + " (libsvm)")) << r.out;
   for (const std::string& f : {a, b}) EXPECT_TRUE(contains(r.out, "train part 2/2 " + f + " (libsvm)")) << r.out;

@@ -50,11 +50,11 @@ struct KvClientOptions {
   // A request still missing a server's reply after this long is sent to
   // that server again, with its id, and again each period until `timeout`:
   // a request or reply the transport lost no longer fails the job. Reads
-  // are idempotent; a server applies a push or ticks a clock it has seen
-  // once (ps::SeenRequests), and a push whose first copy was lost late,
-  // after this worker's later requests (its clock's tick included). Only
-  // while fewer than kResendWindow newer requests have been numbered: an
-  // older one fails at the timeout. 0: never.
+  // are idempotent; a server applies a push or ticks a clock once however
+  // many copies arrive (ps::SeenRequests), and a push whose first copy was
+  // lost is applied late, after this worker's later requests (its clock's
+  // tick included). Only while fewer than kResendWindow newer requests have
+  // been numbered: an older one fails at the timeout. 0: never.
   std::chrono::milliseconds resend_after{10000};
 };
 

@@ -8,18 +8,11 @@ SeenRequests::Arrival SeenRequests::note(uint64_t id) {
   if (id == 0) return Arrival::kFirst;
   if (id > highest_) {
     // The ids between the old highest and this one slide into the window
-    // unseen (one word at a time where whole words pass).
+    // unseen (a worker's ids reach a server a few apart).
     if (id - highest_ >= kWindow) {
       std::fill(bits_.begin(), bits_.end(), 0);
     } else {
-      for (uint64_t k = highest_ + 1; k < id; ++k) {
-        if (k % 64 == 0 && k + 64 <= id) {
-          bits_[(k % kWindow) / 64] = 0;
-          k += 63;
-        } else {
-          clear(k);
-        }
-      }
+      for (uint64_t k = highest_ + 1; k < id; ++k) clear(k);
     }
     set(id);
     highest_ = id;

@@ -167,9 +167,9 @@ worker::Dataset load_files(const std::string& role, const std::vector<std::strin
   std::iota(files.begin(), files.end(), size_t{0});
   if (whole_files) files = files_of_part(paths, part, parts);
   worker::DatasetArrays all;
+  const uint32_t file_part = whole_files ? 0 : part, file_parts = whole_files ? 1 : parts;
   for (const size_t i : files) {
-    const worker::Dataset d = whole_files ? load_data(role, paths[i], flags, threads, caches[i], classes)
-                                          : load_data(role, paths[i], flags, threads, caches[i], classes, part, parts);
+    const worker::Dataset d = load_data(role, paths[i], flags, threads, caches[i], classes, file_part, file_parts);
     worker::append_rows(all, d.view());
   }
   worker::Dataset joined(std::move(all));

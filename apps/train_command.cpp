@@ -915,8 +915,8 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--resend-after,--resend-reads-after", flags->resend_after_s,
                   "Distributed: a request still missing a server's reply after this many seconds is sent to it again, "
                   "each such period, until the 60 s request timeout: a message the transport lost then costs a delay, "
-                  "not the job (a server applies a push, or ticks a clock, once; a push whose first copy was lost is "
-                  "applied late, after this worker's next clock); 0: never")
+                  "not the job (a server applies a push, or ticks a clock, once; a clock waits for the replies to this "
+                  "worker's pushes, so a push whose first copy was lost is still in its round); 0: never")
       ->check(CLI::Range(0.0, 3600.0))
       ->default_val(flags->resend_after_s);
   cmd->add_flag("--pull-ahead", flags->pull_ahead,

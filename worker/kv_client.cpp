@@ -50,6 +50,9 @@ struct KvClient::Pending {
     rdma::Completion done;
   };
   std::vector<Send> sends;
+  // Clocks: the servers its message is not sent to yet, for an earlier push
+  // of this worker they have not answered (clock()).
+  std::vector<uint32_t> held;
   bool unanswered = false;  // failed by the deadline with a server's reply missing
   Clock::time_point resend_at = Clock::time_point::max();  // reads: when unanswered servers get it again
   // Pulls: server rank -> output row of each key it was asked for, in order.
@@ -134,15 +137,24 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
   {
     std::lock_guard lock(mu_);
     ++stats_.requests;
+    if (raw->request_op == ps::Op::kClock) {
+      for (const auto& [server, bytes] : raw->messages) {
+        if (push_unanswered_locked(raw->id, server)) raw->held.push_back(server);
+      }
+      if (!raw->held.empty()) ++holding_clocks_;
+      stats_.clocks_held += raw->held.size();
+    }
     pending_.emplace(raw->id, std::move(p));
   }
   // Registered first, since a reply can arrive before send() returns; but
   // while `posting` nobody else finishes or frees the request.
   std::vector<Pending::Send> sends;
   for (auto& [server, bytes] : raw->messages) {
+    if (std::find(raw->held.begin(), raw->held.end(), server) != raw->held.end()) continue;
     sends.push_back({server, epoch_of(server), endpoint_.send(server, 0, bytes.data(), bytes.size())});
   }
   std::unique_ptr<Pending> done;
+  Sends released;
   {
     std::lock_guard lock(mu_);
     raw->sends = std::move(sends);
@@ -150,10 +162,41 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
     if (raw->remaining == 0) {
       done = std::move(pending_.at(raw->id));
       pending_.erase(raw->id);
+    } else if (!raw->held.empty()) {
+      release_held_locked(*raw, released);  // the pushes may have been answered meanwhile
     }
   }
   if (done) finish(std::move(done));
+  if (!released.empty()) send_late(released, /*overdue=*/false);
   return fut;
+}
+
+bool KvClient::push_unanswered_locked(uint64_t id, uint32_t server) const {
+  for (const auto& [other, p] : pending_) {
+    if (other >= id || (p->request_op != ps::Op::kPush && p->request_op != ps::Op::kDensePush)) continue;
+    const auto a = p->answered.find(server);
+    if (a != p->answered.end() && !a->second) return true;
+  }
+  return false;
+}
+
+void KvClient::release_held_locked(Pending& p, Sends& out) {
+  if (p.posting || p.held.empty()) return;
+  std::vector<uint32_t> go;
+  std::erase_if(p.held, [&](uint32_t server) {
+    if (push_unanswered_locked(p.id, server)) return false;
+    go.push_back(server);
+    return true;
+  });
+  if (go.empty()) return;
+  if (p.held.empty()) --holding_clocks_;
+  p.posting = true;  // as in start(): nobody else finishes or frees it while it is sent
+  out.emplace_back(&p, std::move(go));
+}
+
+void KvClient::release_held_locked(Sends& out) {
+  if (holding_clocks_ == 0) return;
+  for (auto& [id, p] : pending_) release_held_locked(*p, out);
 }
 
 void KvClient::finish(std::unique_ptr<Pending> done) {
@@ -690,6 +733,7 @@ void KvClient::on_reply(const rdma::Message& m) {
     return;
   }
   std::unique_ptr<Pending> done;
+  Sends released;
   {
     std::lock_guard lock(mu_);
     auto it = pending_.find(d.header.request_id);
@@ -732,17 +776,20 @@ void KvClient::on_reply(const rdma::Message& m) {
         stats_.pull_bytes += d.values.size_bytes();
       }
     }
+    const bool push = p.request_op == ps::Op::kPush || p.request_op == ps::Op::kDensePush;
     if (p.remaining == 0 && !p.posting) {
       done = std::move(it->second);
       pending_.erase(it);
     }
+    if (push) release_held_locked(released);
   }
   if (done) finish(std::move(done));
+  if (!released.empty()) send_late(released, /*overdue=*/false);
 }
 
 void KvClient::sweep() {
   std::vector<std::unique_ptr<Pending>> failed;
-  std::vector<std::pair<Pending*, std::vector<uint32_t>>> resend;
+  Sends resend, released;
   const auto now = Clock::now();
   const uint64_t newest = next_request_.load() - 1;  // the last id numbered
   {
@@ -774,8 +821,11 @@ void KvClient::sweep() {
             const bool unsent = std::any_of(p.sends.begin(), p.sends.end(), [&](const Pending::Send& s) {
               return s.server == server && s.done.valid() && !s.done.is_ready();
             });
+            const bool held = std::find(p.held.begin(), p.held.end(), server) != p.held.end();
             missing += (missing.empty() ? "" : ", ") + std::to_string(server) +
-                       (unsent ? " (a send of the request had not completed)" : "");
+                       (held     ? " (never sent: an earlier push to it had no reply)"
+                        : unsent ? " (a send of the request had not completed)"
+                                 : "");
           }
           p.error = rdma::Status(rdma::StatusCode::kTimedOut,
                                  std::string(ps::to_string(p.request_op)) + " request " + std::to_string(p.id) +
@@ -783,6 +833,7 @@ void KvClient::sweep() {
                                      std::to_string(options_.timeout.count()) + " ms");
           p.unanswered = true;
         }
+        if (!p.held.empty()) --holding_clocks_;
         failed.push_back(std::move(it->second));
         it = pending_.erase(it);
       } else {
@@ -792,7 +843,7 @@ void KvClient::sweep() {
           std::vector<uint32_t> servers;
           if (p.id > newest || newest - p.id < kResendWindow) {
             for (auto& [server, ok] : p.answered) {
-              if (!ok) servers.push_back(server);
+              if (!ok && std::find(p.held.begin(), p.held.end(), server) == p.held.end()) servers.push_back(server);
             }
           }
           p.resend_at = now + options_.resend_after;
@@ -804,8 +855,10 @@ void KvClient::sweep() {
         ++it;
       }
     }
+    release_held_locked(released);  // a failed push is answered no more
   }
-  if (!resend.empty()) resend_overdue(resend);
+  if (!resend.empty()) send_late(resend, /*overdue=*/true);
+  if (!released.empty()) send_late(released, /*overdue=*/false);
   for (auto& p : failed) {
     for (auto& s : p->sends) {
       if (s.done.valid()) (void)endpoint_.wait(s.done);  // keep buffers until the transport lets go
@@ -820,31 +873,36 @@ void KvClient::sweep() {
   }
 }
 
-void KvClient::resend_overdue(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend) {
-  std::vector<std::vector<Pending::Send>> sent(resend.size());
+void KvClient::send_late(Sends& list, bool overdue) {
+  std::vector<std::vector<Pending::Send>> sent(list.size());
   uint64_t messages = 0;
-  for (size_t i = 0; i < resend.size(); ++i) {
-    for (const uint32_t server : resend[i].second) {
-      const rdma::ByteBuffer& bytes = resend[i].first->messages.at(server);
+  for (size_t i = 0; i < list.size(); ++i) {
+    for (const uint32_t server : list[i].second) {
+      const rdma::ByteBuffer& bytes = list[i].first->messages.at(server);
       sent[i].push_back({server, epoch_of(server), endpoint_.send(server, 0, bytes.data(), bytes.size())});
       ++messages;
     }
   }
   std::vector<std::unique_ptr<Pending>> done;
+  Sends released;
   {
     std::lock_guard lock(mu_);
-    stats_.overdue_resent += messages;
-    for (size_t i = 0; i < resend.size(); ++i) {
-      Pending* p = resend[i].first;
+    if (overdue) stats_.overdue_resent += messages;
+    for (size_t i = 0; i < list.size(); ++i) {
+      Pending* p = list[i].first;
       for (auto& send : sent[i]) p->sends.push_back(std::move(send));
       p->posting = false;
       if (p->remaining == 0) {  // answered while it was being sent again
         done.push_back(std::move(pending_.at(p->id)));
         pending_.erase(p->id);
+      } else {
+        release_held_locked(*p, released);  // pushes answered while it was being sent
       }
     }
   }
   for (auto& d : done) finish(std::move(d));
+  // Each round sends at least one held message: this ends.
+  if (!released.empty()) send_late(released, /*overdue=*/false);
 }
 
 uint64_t KvClient::epoch_of(uint32_t server) const {
@@ -886,6 +944,10 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     for (auto& [id, p] : pending_) {
       const auto a = p->answered.find(server);
       if (p->posting || a == p->answered.end() || a->second) continue;
+      if (std::find(p->held.begin(), p->held.end(), server) != p->held.end()) {
+        clock_pending = true;  // goes once the pushes sent again below are answered
+        continue;
+      }
       p->posting = true;
       again.emplace_back(id, p.get());
       clock_pending = clock_pending || p->request_op == ps::Op::kClock;
@@ -914,6 +976,7 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     sent.push_back(Pending::Send{server, epoch, endpoint_.send(server, 0, bytes.data(), bytes.size())});
   }
   std::vector<std::unique_ptr<Pending>> done;
+  Sends released;
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < again.size(); ++i) {
@@ -925,8 +988,10 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
         pending_.erase(p->id);
       }
     }
+    release_held_locked(released);
   }
   for (auto& d : done) finish(std::move(d));
+  if (!released.empty()) send_late(released, /*overdue=*/false);
   // Its clocks of this worker are the checkpoint's: bring them to ours (a
   // clock request sent again does that itself); a finished worker's is
   // kFinishedClock, so that it does not hold back the others.

@@ -52,9 +52,10 @@ struct KvClientOptions {
   // a request or reply the transport lost no longer fails the job. Reads
   // are idempotent; a server applies a push or ticks a clock once however
   // many copies arrive (ps::SeenRequests), and a push whose first copy was
-  // lost is applied late, after this worker's later requests (its clock's
-  // tick included). Only while fewer than kResendWindow newer requests have
-  // been numbered: an older one fails at the timeout. 0: never.
+  // lost is applied late, after this worker's later pushes but before its
+  // clock's tick (clock() waits for the push's reply). Only while fewer
+  // than kResendWindow newer requests have been numbered: an older one
+  // fails at the timeout. 0: never.
   std::chrono::milliseconds resend_after{10000};
 };
 
@@ -63,6 +64,9 @@ struct KvClientStats {
   uint64_t requests = 0, errors = 0, unexpected_replies = 0;
   uint64_t rejoins = 0, resent = 0;  // servers back under their rank; requests sent to them again
   uint64_t overdue_resent = 0;       // requests sent again for want of a reply (resend_after)
+  // Clock messages held back until every earlier push of this worker to
+  // their server was answered (clock()).
+  uint64_t clocks_held = 0;
   // Gradient bytes of this worker's pushes that a server acknowledged, then
   // lost when it died (applied after the checkpoint it rejoined from), over
   // every rejoin (server_rejoined).
@@ -115,7 +119,11 @@ class KvClient {
   // three (for a shard within 64 KiB of its region's start: two) dependent
   // rounds of reads however many there are.
   rdma::Status dense_read(std::span<const DenseSlice> slices, int64_t* data_clock = nullptr);
-  // Finishes this worker's current iteration: ticks its clock on every server.
+  // Finishes this worker's current iteration: ticks its clock on every
+  // server. The tick goes to a server only once it has answered every
+  // earlier push of this worker (stats().clocks_held counts the waits): a
+  // push the transport lost and resend_after sent again is applied in the
+  // round its clock ends, not after it. finish() waits the same way.
   std::future<rdma::Status> clock();
   // This worker will push no more: its clock on every server jumps to
   // kFinishedClock, so it leaves the SSP minimum (workers with fewer batches
@@ -170,8 +178,18 @@ class KvClient {
   void receive_loop();
   void on_reply(const rdma::Message& m);
   void sweep();
-  // Sends each request again to the servers listed with it (sweep, outside mu_).
-  void resend_overdue(std::vector<std::pair<Pending*, std::vector<uint32_t>>>& resend);
+  // Sends each request to the servers listed with it, again (overdue:
+  // counted in overdue_resent) or held until now (clocks). Outside mu_; the
+  // requests are marked `posting` by whoever listed them.
+  using Sends = std::vector<std::pair<Pending*, std::vector<uint32_t>>>;
+  void send_late(Sends& list, bool overdue);
+  // A push of this worker numbered before `id` that server `server` has not
+  // answered yet.
+  bool push_unanswered_locked(uint64_t id, uint32_t server) const;
+  // Lists the held clock messages (Pending::held) now free to go: those
+  // of `p`, or of every request not being posted.
+  void release_held_locked(Pending& p, Sends& out);
+  void release_held_locked(Sends& out);
 
   rdma::Endpoint& endpoint_;
   const ps::ClusterMap& map_;
@@ -186,6 +204,7 @@ class KvClient {
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
+  size_t holding_clocks_ = 0;  // requests in pending_ with servers held
   KvClientStats stats_;
   // By server rank: gradient bytes of pushes it acknowledged (every life of
   // it), and of those, lost in its rejoins so far (stats() sums them).

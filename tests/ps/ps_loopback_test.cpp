@@ -873,6 +873,34 @@ TEST(PsTimeout, ALostPushIsSentAgainAndAppliedOnceAfterALaterOne) {
   }
 }
 
+// Under BSP, a push the transport lost is still in the round its clock
+// ends: the clock waits for the push's reply, which comes after the push is
+// sent again, so the round's sum holds it. (Sent at once, the clock would
+// end round 0 with worker 1's push alone: -10.)
+TEST(PsTimeout, ALostPushIsInTheRoundItsClockEnds) {
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, ConsistencyModel::parse("bsp"), 0, lost_message_options(true));
+  const std::vector<uint64_t> key = {3};
+  auto lost = job.worker(0).push(0, key, std::vector<float>{1});
+  ASSERT_TRUE(job.endpoint(0).receive(std::chrono::seconds(10))) << "the push never reached the server's endpoint";
+  auto tick = job.worker(0).clock();
+  EXPECT_EQ(job.worker(0).stats().clocks_held, 1u);  // its push is unanswered
+  job.start();
+  ASSERT_TRUE(job.worker(1).push(0, key, std::vector<float>{10}).get().ok());
+  ASSERT_TRUE(job.worker(1).clock().get().ok());
+  std::vector<float> out(1, 1.0f);
+  int64_t data_clock = -1;
+  ASSERT_TRUE(job.worker(1).pull(0, key, out.data(), &data_clock).get().ok());  // at clock 1: after round 0
+  EXPECT_EQ(out[0], -11.0f);
+  EXPECT_EQ(data_clock, 1);
+  EXPECT_TRUE(lost.get().ok());
+  EXPECT_TRUE(tick.get().ok());
+  EXPECT_GE(job.worker(0).stats().overdue_resent, 1u);
+  // A clock after an answered push goes at once.
+  ASSERT_TRUE(job.worker(0).push(0, key, std::vector<float>{100}).get().ok());
+  ASSERT_TRUE(job.worker(0).clock().get().ok());
+  EXPECT_EQ(job.worker(0).stats().clocks_held, 1u);
+}
+
 // Worker 1 of a job with one raw worker (rank 2, its endpoint `raw`) sends
 // server 0 a clock under the given request id: the reply's op and error text.
 std::pair<Op, std::string> raw_clock(rdma::Endpoint& raw, int64_t clock, uint64_t id) {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "ps/atomic_file.h"
+#include "ps/seen_requests.h"
 
 namespace parafab::ps {
 namespace {
@@ -121,9 +122,9 @@ Header read_header(std::ifstream& in, const std::string& path) {
   if (size < sizeof h || in.gcount() != sizeof h) throw CheckpointError(path + ": truncated checkpoint (header cut short)");
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw CheckpointError(path + ": not a parafab checkpoint (bad magic)");
   if (h.header_hash != header_hash(h)) throw CheckpointError(path + ": checkpoint header checksum mismatch (corrupt)");
-  if (h.version != kCheckpointVersion && h.version != 2) {
+  if (h.version < 2 || h.version > kCheckpointVersion) {
     throw CheckpointError(path + ": checkpoint version " + std::to_string(h.version) +
-                          " is not supported (this build reads 2 and " + std::to_string(kCheckpointVersion) + ")");
+                          " is not supported (this build reads 2 to " + std::to_string(kCheckpointVersion) + ")");
   }
   if (size - sizeof h != h.payload_bytes) {
     throw CheckpointError(path + ": checkpoint has " + std::to_string(size - sizeof h) + " payload bytes, its header says " +
@@ -171,6 +172,18 @@ void read_payload(Cursor& r, const Header& h, const std::string& path, ShardChec
     c.run_id = r.get<uint64_t>("run id");
   } else {
     c.worker_bytes_pushed.assign(h.num_workers, 0);
+  }
+  if (h.version >= 4) {
+    c.seen_highest = r.get_array<uint64_t>("seen request ids");
+    c.seen_windows = r.get_array<uint64_t>("seen request windows");
+    const bool none = c.seen_highest.empty() && c.seen_windows.empty();
+    if (!none && (c.seen_highest.size() != h.num_workers ||
+                  c.seen_windows.size() != uint64_t{h.num_workers} * SeenRequests::kWindowWords)) {
+      throw CheckpointError(path + ": checkpoint is inconsistent: seen request ids of " +
+                            std::to_string(c.seen_highest.size()) + " workers in " +
+                            std::to_string(c.seen_windows.size()) + " words, clocks of " +
+                            std::to_string(h.num_workers));
+    }
   }
   const uint32_t n_sparse = r.get<uint32_t>("sparse table count");
   for (uint32_t i = 0; i < n_sparse; ++i) {
@@ -224,6 +237,14 @@ std::string checkpoint_path(const std::string& dir, uint32_t server_index, uint3
 }
 
 uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c) {
+  const size_t workers = c.worker_clocks.size();
+  const bool no_seen = c.seen_highest.empty() && c.seen_windows.empty();
+  if (!no_seen && (c.seen_highest.size() != workers || c.seen_windows.size() != workers * SeenRequests::kWindowWords)) {
+    throw std::invalid_argument(path + ": a checkpoint needs the seen request ids of each worker (" +
+                                std::to_string(c.seen_highest.size()) + " highest ids and " +
+                                std::to_string(c.seen_windows.size()) + " window words for " +
+                                std::to_string(workers) + " workers)");
+  }
   if (c.last_push_ids.size() != c.worker_clocks.size() || c.worker_bytes_pushed.size() != c.worker_clocks.size()) {
     throw std::invalid_argument(path + ": a checkpoint needs one last push id and one byte count per worker clock (" +
                                 std::to_string(c.last_push_ids.size()) + " and " +
@@ -235,6 +256,8 @@ uint64_t write_checkpoint(const std::string& path, const ShardCheckpoint& c) {
   put_array(payload, c.last_push_ids);
   put_array(payload, c.worker_bytes_pushed);
   put<uint64_t>(payload, c.run_id);
+  put_array(payload, c.seen_highest);
+  put_array(payload, c.seen_windows);
   put<uint32_t>(payload, static_cast<uint32_t>(c.sparse.size()));
   for (const ShardCheckpoint::Sparse& t : c.sparse) {
     put(payload, t.id);

@@ -12,10 +12,13 @@
 // worker clock, the wall time written, payload size, xxHash64 of the
 // payload, the gradient bytes pushed into the shard, xxHash64 of the
 // header), then the workers' clocks, their last applied push ids, the
-// gradient bytes applied from each, the run's job id and, per table, its
-// id, kind, width, state floats, and either the keys with their values and
-// state (sparse) or the shard's rows, values and state (dense). Version 2
-// files (without per-worker bytes and run) are still read.
+// gradient bytes applied from each, the run's job id, the request ids the
+// server had seen from each worker (the highest, and a bitmap of the
+// SeenRequests window below it) and, per table, its id, kind, width, state
+// floats, and either the keys with their values and state (sparse) or the
+// shard's rows, values and state (dense). Version 2 files (without
+// per-worker bytes and run) and version 3 files (without the seen ids) are
+// still read.
 // Written with write_file_atomically: a crash leaves the previous checkpoint.
 #pragma once
 
@@ -30,8 +33,9 @@
 namespace parafab::ps {
 
 // 2: the workers' last push ids; 3: the bytes applied from each worker and
-// the run (scheduler job id) that wrote it.
-inline constexpr uint32_t kCheckpointVersion = 3;
+// the run (scheduler job id) that wrote it; 4: the request ids seen from
+// each worker.
+inline constexpr uint32_t kCheckpointVersion = 4;
 
 // A checkpoint that cannot be used; what() names the file and what is wrong.
 class CheckpointError : public std::runtime_error {
@@ -61,6 +65,15 @@ struct ShardCheckpoint {
   // a version 2 file. A server rejoining a running job takes only a
   // checkpoint of that run.
   uint64_t run_id = 0;
+  // By worker index: the highest request id the server had seen, and
+  // SeenRequests::kWindowWords words of the bitmap of the ids below it
+  // (seen_windows holds the workers' windows one after another). A server
+  // restored from it applies a push the transport lost before the
+  // checkpoint when it comes again. Both empty (a version 2 or 3 file, or a
+  // checkpoint written without them): a restore counts every id up to
+  // last_push_ids as seen.
+  std::vector<uint64_t> seen_highest;
+  std::vector<uint64_t> seen_windows;
   struct Sparse {
     uint32_t id = 0, width = 0, state_floats = 0;
     std::vector<uint64_t> keys;

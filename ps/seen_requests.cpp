@@ -1,6 +1,8 @@
 #include "ps/seen_requests.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace parafab::ps {
 
@@ -22,6 +24,15 @@ SeenRequests::Arrival SeenRequests::note(uint64_t id) {
   if (test(id)) return Arrival::kSeen;
   set(id);
   return Arrival::kLate;
+}
+
+void SeenRequests::restore(uint64_t highest, std::span<const uint64_t> window) {
+  if (window.size() != kWindowWords) {
+    throw std::invalid_argument("a window of request ids has " + std::to_string(kWindowWords) + " words, not " +
+                                std::to_string(window.size()));
+  }
+  highest_ = highest;
+  bits_.assign(window.begin(), window.end());
 }
 
 void SeenRequests::restore(uint64_t highest) {

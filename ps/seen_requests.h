@@ -19,11 +19,16 @@
 // old is never a request sent again, and arrived (the transport keeps a
 // sender's order) or was lost for good.
 //
-// restore(h): every id up to h counts as seen (a checkpoint's last push id:
-// what the window held then is not in the checkpoint).
+// window() and restore(highest, window) carry the state through a
+// checkpoint (ps::ShardCheckpoint), so that a push lost before it and sent
+// again after a restore is still applied. restore(h): every id up to h
+// counts as seen (a checkpoint of version 3 or older, which holds only the
+// last push id).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace parafab::ps {
@@ -37,6 +42,12 @@ class SeenRequests {
   // and not remembered.
   Arrival note(uint64_t id);
   void restore(uint64_t highest);
+  // The bitmap of the window (kWindowWords words; bit id % kWindow of word
+  // (id % kWindow) / 64 set: id seen), and the state from it again. Throws
+  // std::invalid_argument for a window of another size.
+  static constexpr size_t kWindowWords = kWindow / 64;
+  std::span<const uint64_t> window() const { return bits_; }
+  void restore(uint64_t highest, std::span<const uint64_t> window);
   uint64_t highest() const { return highest_; }
 
  private:

@@ -125,6 +125,10 @@ ShardCheckpoint Server::checkpoint() const {
   c.worker_bytes_pushed = worker_bytes_pushed_;
   c.run_id = map_.job_id;
   for (uint32_t w = 0; w < clocks_.workers(); ++w) c.worker_clocks.push_back(clocks_.clock(w));
+  for (const SeenRequests& seen : seen_) {
+    c.seen_highest.push_back(seen.highest());
+    c.seen_windows.insert(c.seen_windows.end(), seen.window().begin(), seen.window().end());
+  }
   for (const auto& [id, t] : sparse_) {
     ShardCheckpoint::Sparse s;
     s.id = id;
@@ -179,6 +183,12 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
                                job_hex(map_.job_id) + "): before the job was resumed, or by another job, so it "
                                "does not hold this run's pushes");
   }
+  const bool has_seen = !c.seen_highest.empty();
+  if (has_seen && (c.seen_highest.size() != clocks_.workers() ||
+                   c.seen_windows.size() != clocks_.workers() * SeenRequests::kWindowWords)) {
+    refuse("has the seen request ids of " + std::to_string(c.seen_highest.size()) + " workers; this job has " +
+           std::to_string(clocks_.workers()));
+  }
   if (c.sparse.size() != sparse_.size() || c.dense.size() != dense_.size()) refuse("holds other tables than this shard");
   for (const ShardCheckpoint::Sparse& s : c.sparse) {
     SparseTable* t = sparse_table(s.id);
@@ -215,7 +225,14 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
   if (clock == kCheckpointClocks) {
     last_push_id_ = c.last_push_ids;
     worker_bytes_pushed_ = c.worker_bytes_pushed;
-    for (size_t w = 0; w < seen_.size(); ++w) seen_[w].restore(last_push_id_[w]);
+    for (size_t w = 0; w < seen_.size(); ++w) {
+      if (has_seen) {
+        seen_[w].restore(c.seen_highest[w], std::span<const uint64_t>(c.seen_windows)
+                                                .subspan(w * SeenRequests::kWindowWords, SeenRequests::kWindowWords));
+      } else {
+        seen_[w].restore(last_push_id_[w]);  // a version 3 file: every id up to its last push counts as seen
+      }
+    }
   } else {
     std::fill(last_push_id_.begin(), last_push_id_.end(), 0);
     seen_.assign(seen_.size(), SeenRequests{});
@@ -322,7 +339,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
   const uint32_t worker = message.from - map_.num_servers();
   if ((h.op == Op::kPush || h.op == Op::kDensePush) && is_retried_push(worker, h.request_id)) {
     ++stats_.duplicate_pushes;
-    reply_header(message.from, h, h.op == Op::kPush ? Op::kPushReply : Op::kDensePushReply);
+    reply_header(message.from, h, h.op == Op::kPush ? Op::kPushReply : Op::kDensePushReply, kFlagAppliedBefore);
     return;
   }
   switch (h.op) {
@@ -542,9 +559,10 @@ void Server::reply(uint32_t to, rdma::ByteBuffer bytes) {
   if (in_flight_.size() > 1024) reap_replies(false);
 }
 
-void Server::reply_header(uint32_t to, const WireHeader& request, Op op) {
+void Server::reply_header(uint32_t to, const WireHeader& request, Op op, uint8_t flags) {
   WireHeader r;
   r.op = op;
+  r.flags = flags;
   r.table = request.table;
   r.sender = map_.server_rank(index_);
   r.clock = request.clock;

@@ -160,7 +160,7 @@ class Server {
   void answer_pull(const rdma::Message& message, const DecodedMessage& d);
   void answer_parked();
   void reply(uint32_t to, rdma::ByteBuffer bytes);
-  void reply_header(uint32_t to, const WireHeader& request, Op op);
+  void reply_header(uint32_t to, const WireHeader& request, Op op, uint8_t flags = kFlagNone);
   void reply_error(uint32_t to, uint64_t request_id, const std::string& what);
   void reap_replies(bool all);
   // BSP: applies the merged rounds before `clock` (every one: INT64_MAX);

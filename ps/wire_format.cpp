@@ -170,7 +170,10 @@ std::optional<std::string> decode_message(std::span<const std::byte> bytes, cons
   WireHeader& h = out.header;
   h.op = static_cast<Op>(op);
   h.flags = get<uint8_t>(p + 7);
-  if ((h.flags & ~kFlagDeltaVarintKeys) != 0) return "unknown flags " + std::to_string(h.flags);
+  if ((h.flags & ~kKnownFlags) != 0) return "unknown flags " + std::to_string(h.flags);
+  if ((h.flags & kFlagAppliedBefore) != 0 && h.op != Op::kPushReply && h.op != Op::kDensePushReply) {
+    return std::string("the applied-before flag in a ") + to_string(h.op) + " message (push replies only)";
+  }
   const bool varint = (h.flags & kFlagDeltaVarintKeys) != 0;
   if (varint && h.op != Op::kPull && h.op != Op::kPush) {
     return std::string("delta-varint keys in a ") + to_string(h.op) + " message (pulls and pushes only)";

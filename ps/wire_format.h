@@ -75,6 +75,13 @@ inline constexpr uint8_t kFlagNone = 0;
 // of a small key space (a libsvm set's feature indices, a renumbered batch)
 // take 1 to 3 bytes instead of 8; random 64-bit keys about 7.
 inline constexpr uint8_t kFlagDeltaVarintKeys = 1;
+// Push replies only: this copy of the push was one the server had already
+// applied (a copy sent again, or one its restored checkpoint holds), so it
+// changed nothing now. A worker counting what a rejoined server lost
+// (worker::KvClient::server_rejoined) learns from it which of the pushes it
+// sent again the checkpoint held.
+inline constexpr uint8_t kFlagAppliedBefore = 2;
+inline constexpr uint8_t kKnownFlags = kFlagDeltaVarintKeys | kFlagAppliedBefore;
 
 struct WireHeader {
   Op op = Op::kPull;

@@ -42,6 +42,10 @@ struct KvClient::Pending {
   // Pushes: server rank -> gradient bytes in its message (what the server
   // counts as applied).
   std::unordered_map<uint32_t, uint64_t> value_bytes;
+  // Pushes: the servers whose rejoin counted this unanswered push as held
+  // by their checkpoint (server_rejoined); an answer without
+  // ps::kFlagAppliedBefore says it was not, and the count is mended.
+  std::vector<uint32_t> counted_held;
   size_t remaining = 0;
   bool posting = true;  // start() is still sending: only it may finish the request
   struct Send {
@@ -754,6 +758,12 @@ void KvClient::on_reply(const rdma::Message& m) {
       if (p.error.ok()) p.error = rdma::Status(rdma::StatusCode::kPeerError, who + " answered with op " + ps::to_string(d.header.op));
     } else if (const auto vb = p.value_bytes.find(m.from); vb != p.value_bytes.end()) {
       acked_push_bytes_[m.from] += vb->second;  // a push acknowledged: the server holds it
+      if ((d.header.flags & ps::kFlagAppliedBefore) == 0 &&
+          std::find(p.counted_held.begin(), p.counted_held.end(), m.from) != p.counted_held.end()) {
+        // Counted as in the checkpoint at the rejoin, but applied only now:
+        // the transport had lost it before the checkpoint. Not lost.
+        lost_push_bytes_[m.from] -= std::min(lost_push_bytes_[m.from], vb->second);
+      }
     } else if (d.header.op == ps::Op::kDenseRegionReply) {
       p.reply_keys.assign(d.keys.begin(), d.keys.end());
     } else if (p.out != nullptr) {
@@ -957,13 +967,19 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     // What the server lost of this worker's pushes: those it acknowledged
     // (A) but its checkpoint (C) does not hold. C's bytes are the restored
     // count; C is in A or among the unanswered pushes (U) with an id up to
-    // the restored last one, so |A \ C| = |A| - |C| + |U and C|. Over every
-    // life of the server: the pushes lost in an earlier rejoin are in A and
-    // in no later checkpoint, so this is the running total.
+    // the restored last one, so |A \ C| = |A| - |C| + |U and C|, with U and
+    // C taken as those of U; one of them the checkpoint lacks (the
+    // transport lost it before the checkpoint was written) is applied when
+    // sent again below, answered without ps::kFlagAppliedBefore, and the
+    // count mended then (on_reply). Over every life of the server: the
+    // pushes lost in an earlier rejoin are in A and in no later checkpoint,
+    // so this is the running total.
     uint64_t unanswered_held = 0;
     for (const auto& [id, p] : again) {
+      std::erase(p->counted_held, server);
       if (const auto vb = p->value_bytes.find(server); vb != p->value_bytes.end() && id <= restored_last_push_id) {
         unanswered_held += vb->second;
+        p->counted_held.push_back(server);
       }
     }
     const uint64_t held = acked_push_bytes_[server] + unanswered_held;

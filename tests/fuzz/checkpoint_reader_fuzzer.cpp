@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "ps/checkpoint.h"
+#include "ps/seen_requests.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_temp_file.h"
 
@@ -58,6 +59,10 @@ void fix_up(std::vector<unsigned char>& f, uint8_t how) {
 void check_consistent(const ShardCheckpoint& c) {
   check(c.last_push_ids.size() == c.worker_clocks.size(), "one last push id per worker clock");
   check(c.worker_bytes_pushed.size() == c.worker_clocks.size(), "one byte count per worker clock");
+  check((c.seen_highest.empty() && c.seen_windows.empty()) ||
+            (c.seen_highest.size() == c.worker_clocks.size() &&
+             c.seen_windows.size() == c.worker_clocks.size() * parafab::ps::SeenRequests::kWindowWords),
+        "no seen ids, or a highest id and a window per worker clock");
   for (const auto& t : c.sparse) {
     check(t.data.size() == t.keys.size() * (uint64_t{t.width} + t.state_floats), "sparse floats = keys x stride");
   }
@@ -75,7 +80,8 @@ bool same(const ShardCheckpoint& a, const ShardCheckpoint& b) {
   if (a.server_index != b.server_index || a.num_servers != b.num_servers || a.job_fingerprint != b.job_fingerprint ||
       a.min_clock != b.min_clock || a.written_unix_ms != b.written_unix_ms || a.bytes_pushed != b.bytes_pushed ||
       a.worker_clocks != b.worker_clocks || a.last_push_ids != b.last_push_ids ||
-      a.worker_bytes_pushed != b.worker_bytes_pushed || a.run_id != b.run_id || a.sparse.size() != b.sparse.size() ||
+      a.worker_bytes_pushed != b.worker_bytes_pushed || a.run_id != b.run_id || a.seen_highest != b.seen_highest ||
+      a.seen_windows != b.seen_windows || a.sparse.size() != b.sparse.size() ||
       a.dense.size() != b.dense.size()) {
     return false;
   }

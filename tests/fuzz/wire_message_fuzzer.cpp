@@ -65,7 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(skew == 0, "an unaligned buffer was accepted");
   const WireHeader& h = d.header;
   check(h.key_count <= limits.max_keys && h.payload_bytes <= limits.max_payload_bytes, "a limit was not enforced");
-  check((h.flags & ~kFlagDeltaVarintKeys) == 0, "unknown flags accepted");
+  check((h.flags & ~kKnownFlags) == 0, "unknown flags accepted");
+  check((h.flags & kFlagAppliedBefore) == 0 || h.op == Op::kPushReply || h.op == Op::kDensePushReply,
+        "the applied-before flag accepted on another op");
   const bool varint = (h.flags & kFlagDeltaVarintKeys) != 0;
   check(!varint || h.op == Op::kPull || h.op == Op::kPush, "delta-varint keys accepted on another op");
   check(d.keys.size() == h.key_count, "keys span differs from key_count");

@@ -14,6 +14,7 @@
 #include "ps/checkpoint.h"
 #include "ps/control_channel.h"
 #include "ps/control_frame.h"
+#include "ps/seen_requests.h"
 #include "ps/wire_format.h"
 #include "rdma/message_framing.h"
 #include "worker/binary_cache.h"
@@ -201,6 +202,10 @@ void checkpoint_seeds(const fs::path& dir) {
   c.last_push_ids = {17, 19};
   c.worker_bytes_pushed = {2048, 2048};
   c.run_id = 0x0123456789abcdef;
+  c.seen_highest = {19, 21};
+  c.seen_windows.assign(2 * ps::SeenRequests::kWindowWords, 0);
+  c.seen_windows[0] = 0xbfffe;                                   // worker 0: ids 1-17 and 19 seen
+  c.seen_windows[ps::SeenRequests::kWindowWords] = 0x2ffffe;     // worker 1: ids 1-19 and 21
   c.sparse.push_back({.id = 0, .width = 2, .state_floats = 2, .keys = {5, 9}, .data = {1, 2, 3, 4, 5, 6, 7, 8}});
   c.dense.push_back({.id = 1, .width = 2, .begin_row = 3, .end_row = 5, .values = {1, 2, 3, 4}, .state = {0.5f}});
   const fs::path tmp = dir / "tmp.ckpt";

@@ -75,6 +75,12 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   written.worker_bytes_pushed = {400, uint64_t{3} << 41};  // that many bytes from each
   EXPECT_EQ(written.run_id, map.job_id);
   written.run_id = 0x5eed;  // the run that wrote it (the scheduler's job id)
+  // The ids the server had seen of each worker: the last push's, then a
+  // window with every other id below it seen (for worker 0).
+  ASSERT_EQ(written.seen_highest.size(), 2u);
+  ASSERT_EQ(written.seen_windows.size(), 2 * SeenRequests::kWindowWords);
+  written.seen_highest = written.last_push_ids;
+  for (size_t i = 0; i < SeenRequests::kWindowWords; ++i) written.seen_windows[i] = 0x5555555555555555ULL;
   EXPECT_GT(write_checkpoint(path, written), 0u);
   Server b(eb, map, 0, {});
   const ShardCheckpoint back = read_checkpoint(path);
@@ -89,6 +95,8 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   EXPECT_EQ(back.last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
   EXPECT_EQ(back.worker_bytes_pushed, (std::vector<uint64_t>{400, uint64_t{3} << 41}));
   EXPECT_EQ(back.run_id, 0x5eedu);
+  EXPECT_EQ(back.seen_highest, written.seen_highest);
+  EXPECT_EQ(back.seen_windows, written.seen_windows);
   EXPECT_EQ(b.checkpoint().last_push_ids, (std::vector<uint64_t>{0, 0}));
   EXPECT_EQ(b.checkpoint().worker_bytes_pushed, (std::vector<uint64_t>{0, 0}));
   // Rejoining needs a checkpoint of the running job's run: refused from
@@ -110,6 +118,8 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   EXPECT_EQ(d2.checkpoint().last_push_ids, (std::vector<uint64_t>{7, uint64_t{1} << 40}));
   EXPECT_EQ(d2.worker_bytes_pushed(), (std::vector<uint64_t>{400, uint64_t{3} << 41}));
   EXPECT_EQ(d2.checkpoint().worker_clocks, written.worker_clocks);
+  EXPECT_EQ(d2.checkpoint().seen_highest, written.seen_highest);
+  EXPECT_EQ(d2.checkpoint().seen_windows, written.seen_windows);
   EXPECT_EQ(pull_all(a), pull_all(b));
   // AdaGrad's accumulators and Adam's moments and step came back too: the
   // same next pushes move both servers to the same values.
@@ -125,25 +135,32 @@ TEST(CheckpointTest, ShardAndOptimizerStateComeBackExactly) {
   EXPECT_NE(pull_all(a), pull_all(c));
 }
 
-// A version 2 file (the fuzz corpus keeps one, written before version 3,
-// after the fuzzer's option byte) still reads: no per-worker bytes (zeros)
-// and no run.
-TEST(CheckpointTest, AVersion2FileStillReads) {
-  std::ifstream seed(std::string(PARAFAB_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint_reader/two_tables_v2",
-                     std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(seed)), {});
-  ASSERT_GT(bytes.size(), 81u);
-  testing::TempDir dir;
-  const std::string path = (dir.path() / "v2.ckpt").string();
-  std::ofstream(path, std::ios::binary).write(bytes.data() + 1, static_cast<std::streamsize>(bytes.size() - 1));
-  const ShardCheckpoint c = read_checkpoint(path);
-  EXPECT_EQ(c.server_index, 1u);
-  EXPECT_EQ(c.worker_clocks, (std::vector<int64_t>{20, 22}));
-  EXPECT_EQ(c.last_push_ids, (std::vector<uint64_t>{17, 19}));
-  EXPECT_EQ(c.worker_bytes_pushed, (std::vector<uint64_t>{0, 0}));
-  EXPECT_EQ(c.run_id, 0u);
-  ASSERT_EQ(c.sparse.size(), 1u);
-  EXPECT_EQ(c.sparse[0].keys, (std::vector<uint64_t>{5, 9}));
+// Files of versions 2 and 3 (the fuzz corpus keeps one of each, written
+// before the next version, after the fuzzer's option byte) still read:
+// without seen request ids (a restore counts every id up to the last push
+// as seen), and from version 2 without per-worker bytes (zeros) and run.
+TEST(CheckpointTest, Version2And3FilesStillRead) {
+  for (const int version : {2, 3}) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    std::ifstream seed(std::string(PARAFAB_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint_reader/two_tables_v" +
+                           std::to_string(version),
+                       std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(seed)), {});
+    ASSERT_GT(bytes.size(), 81u);
+    testing::TempDir dir;
+    const std::string path = (dir.path() / "old.ckpt").string();
+    std::ofstream(path, std::ios::binary).write(bytes.data() + 1, static_cast<std::streamsize>(bytes.size() - 1));
+    const ShardCheckpoint c = read_checkpoint(path);
+    EXPECT_EQ(c.server_index, 1u);
+    EXPECT_EQ(c.worker_clocks, (std::vector<int64_t>{20, 22}));
+    EXPECT_EQ(c.last_push_ids, (std::vector<uint64_t>{17, 19}));
+    EXPECT_EQ(c.worker_bytes_pushed, version == 2 ? (std::vector<uint64_t>{0, 0}) : (std::vector<uint64_t>{2048, 2048}));
+    EXPECT_EQ(c.run_id, version == 2 ? 0u : 0x0123456789abcdefu);
+    EXPECT_TRUE(c.seen_highest.empty());
+    EXPECT_TRUE(c.seen_windows.empty());
+    ASSERT_EQ(c.sparse.size(), 1u);
+    EXPECT_EQ(c.sparse[0].keys, (std::vector<uint64_t>{5, 9}));
+  }
 }
 
 TEST(CheckpointTest, DamagedFilesAreRefusedWithTheirPath) {

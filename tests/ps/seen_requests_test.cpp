@@ -1,5 +1,6 @@
 // SeenRequests against a set of every id seen: the same answer for every
-// id, in order, out of order, across the window's edge and after a jump.
+// id, in order, out of order, across the window's edge, after a jump and
+// after a trip through its window (a checkpoint).
 #include "ps/seen_requests.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,8 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <vector>
 
 namespace parafab::ps {
 namespace {
@@ -93,8 +96,21 @@ TEST(SeenRequests, AgreesWithASetOnRandomArrivals) {
         id = ref.highest > back ? ref.highest - back : 1;
       }
       ASSERT_EQ(s.note(id), ref.note(id)) << "seed " << seed << " step " << i << " id " << id;
+      if (i % 50000 == 49999) {
+        // Through a checkpoint: a fresh one restored from the window goes on
+        // exactly as the old one would.
+        SeenRequests back;
+        back.restore(s.highest(), s.window());
+        s = back;
+      }
     }
   }
+}
+
+TEST(SeenRequests, AWindowOfAnotherSizeIsRefused) {
+  SeenRequests s;
+  const std::vector<uint64_t> short_window(SeenRequests::kWindowWords - 1, 0);
+  EXPECT_THROW(s.restore(5, short_window), std::invalid_argument);
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ TEST(WireFormat, MalformedMessagesAreRefusedWithAReason) {
   cases.push_back({"version", patched(4, 2), "version", {}});
   cases.push_back({"op zero", patched(6, 0), "unknown op", {}});
   cases.push_back({"op high", patched(6, 200), "unknown op", {}});
-  cases.push_back({"flags", patched(7, 2), "unknown flags 2", {}});
+  cases.push_back({"flags", patched(7, 4), "unknown flags 4", {}});
+  cases.push_back({"applied-before flag on a push", patched(7, kFlagAppliedBefore), "push replies only", {}});
   cases.push_back({"truncated body", std::vector<std::byte>(good.begin(), good.end() - 1), "carries", {}});
   auto longer = good;
   longer.push_back(std::byte{0});

@@ -127,6 +127,18 @@ TEST(FabricBench, TinyVerifiedRunWithoutCeiling) {
   ASSERT_EQ(measure_fabric_provider(o, "tcp;ofi_rxm", report, log), 0) << log.str();
   expect_records(report);
   for (const auto& r : report.records()) EXPECT_FALSE(r.ceiling);
+  // The bandwidth cases carry one thread's memcpy of their working set, and
+  // their figure over it; the ping-pong does not.
+  for (const auto& r : report.records()) {
+    const BenchField* copy = field(r, "copy_mb_s");
+    const bool bandwidth = r.unit == "MB/s" && r.case_name != "tagged_pingpong";
+    ASSERT_EQ(copy != nullptr, bandwidth) << r.case_name << " " << r.unit;
+    if (!bandwidth) continue;
+    EXPECT_GT(std::get<double>(*copy), 0.0) << r.case_name;
+    const BenchField* ratio = field(r, "copy_ratio");
+    ASSERT_NE(ratio, nullptr) << r.case_name;
+    EXPECT_DOUBLE_EQ(std::get<double>(*ratio), r.value / std::get<double>(*copy)) << r.case_name;
+  }
 }
 
 TEST(FabricBench, TinyRunWithCeilingWhenFiPingpongRuns) {

@@ -24,6 +24,7 @@ struct ServerFlags {
   CheckpointFlags checkpoints;
   bool recover = false;
   unsigned apply_threads = 0;
+  uint32_t drop_push_every = 0;
 };
 
 // Loads this server's shard of a checkpoint set: the one the scheduler
@@ -78,6 +79,7 @@ int run_server(ServerFlags f) {
   ps::ServerOptions so;
   so.consistency = ps::ConsistencyModel::parse(f.consistency);
   so.apply_threads = f.apply_threads;
+  so.drop_push_every = f.drop_push_every;
   if (f.recover && f.checkpoints.dir.empty()) throw std::invalid_argument("--recover needs --checkpoint-dir (where the checkpoint is)");
   f.checkpoints.validate();
   if (!f.checkpoints.dir.empty()) std::filesystem::create_directories(f.checkpoints.dir);
@@ -155,6 +157,12 @@ int run_server(ServerFlags f) {
                                : std::string(),
                            st.staleness.max_seen())
                    .c_str());
+  if (st.pushes_dropped > 0) {
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("server {}: fault injection: {} pushes dropped (--drop-pushes-every {})", node.role_rank,
+                             st.pushes_dropped, so.drop_push_every)
+                     .c_str());
+  }
   // What the transport lost: a reply that never got out, a request that
   // never came in (the reasons a worker's request goes unanswered).
   const std::string losses = rdma::describe_losses(node.endpoint->stats());
@@ -203,6 +211,12 @@ void add_server_command(CLI::App& root, CommandContext& ctx) {
   add_checkpoint_flags(cmd, f->checkpoints,
                        "Checkpoint this server's shards (values and optimizer state) to DIR/server-I-of-S.ckpt: every "
                        "--checkpoint-interval seconds or --checkpoint-clocks clocks, and at the end");
+  cmd->add_option("--drop-pushes-every", f->drop_push_every,
+                  "Fault injection, to test a job's recovery from lost messages: discard every Nth push that arrives, "
+                  "unanswered, as if the transport had lost it (a worker sends it again after its --resend-after); "
+                  "0: never")
+      ->envname("PARAFAB_DROP_PUSHES_EVERY")
+      ->capture_default_str();
   cmd->add_flag("--recover", f->recover,
                 "Start from this server's last checkpoint in --checkpoint-dir (refused, naming the file, when it is "
                 "missing, corrupt or of other tables)");

@@ -71,6 +71,10 @@ struct ServerOptions {
   std::string checkpoint_path;
   std::chrono::milliseconds checkpoint_interval{0};
   int64_t checkpoint_clocks = 0;
+  // Fault injection, for tests of a job's recovery (ps-lite's PS_DROP_MSG):
+  // every Nth push that arrives (copies sent again included) is discarded
+  // unanswered and unnoted, as if the transport had lost it. 0: never.
+  uint32_t drop_push_every = 0;
 };
 
 struct ServerStats {
@@ -82,6 +86,7 @@ struct ServerStats {
   uint64_t duplicate_pushes = 0;    // retries of pushes already applied: answered, not applied
   uint64_t duplicate_clocks = 0;    // retries of a clock already ticked (a lost reply, a rejoin): answered
   uint64_t late_requests = 0;       // pushes and clocks first seen after a later one: sent again after a loss
+  uint64_t pushes_dropped = 0;      // discarded by ServerOptions::drop_push_every
   uint64_t rounds_applied = 0;      // BSP rounds applied as one step (merged pushes)
   uint64_t rounds_applied_early = 0;  // ... of them before every worker ended it (a pull or a checkpoint)
   uint64_t bad_messages = 0;        // answered with an error
@@ -198,6 +203,7 @@ class Server {
   std::vector<uint64_t> last_push_id_;
   std::vector<SeenRequests> seen_;
   std::vector<uint64_t> worker_bytes_pushed_;  // by worker index, this run
+  uint64_t push_arrivals_ = 0;                 // for ServerOptions::drop_push_every
   std::deque<Parked> parked_;
   bool merge_rounds_ = false;  // BSP with more than one worker
   MergedRounds rounds_;

@@ -967,13 +967,13 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     // What the server lost of this worker's pushes: those it acknowledged
     // (A) but its checkpoint (C) does not hold. C's bytes are the restored
     // count; C is in A or among the unanswered pushes (U) with an id up to
-    // the restored last one, so |A \ C| = |A| - |C| + |U and C|, with U and
-    // C taken as those of U; one of them the checkpoint lacks (the
-    // transport lost it before the checkpoint was written) is applied when
-    // sent again below, answered without ps::kFlagAppliedBefore, and the
-    // count mended then (on_reply). Over every life of the server: the
-    // pushes lost in an earlier rejoin are in A and in no later checkpoint,
-    // so this is the running total.
+    // the restored last one, so |A \ C| = |A| - |C| + |U and C|. |U and C|
+    // is first taken as every push of U up to that id; one the checkpoint
+    // lacks after all (the transport lost it before the checkpoint was
+    // written) is applied when sent again below, answered without
+    // ps::kFlagAppliedBefore, and the count mended then (on_reply). Over
+    // every life of the server: the pushes lost in an earlier rejoin are in
+    // A and in no later checkpoint, so this is the running total.
     uint64_t unanswered_held = 0;
     for (const auto& [id, p] : again) {
       std::erase(p->counted_held, server);

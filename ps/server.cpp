@@ -337,12 +337,12 @@ bool Server::is_retried_push(uint32_t worker, uint64_t request_id) {
 void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& d) {
   const WireHeader& h = d.header;
   const uint32_t worker = message.from - map_.num_servers();
-  if ((h.op == Op::kPush || h.op == Op::kDensePush) && options_.drop_push_every > 0 &&
-      ++push_arrivals_ % options_.drop_push_every == 0) {
+  const bool push = h.op == Op::kPush || h.op == Op::kDensePush;
+  if (push && options_.drop_push_every > 0 && ++push_arrivals_ % options_.drop_push_every == 0) {
     ++stats_.pushes_dropped;  // fault injection: as if the transport had lost it
     return;
   }
-  if ((h.op == Op::kPush || h.op == Op::kDensePush) && is_retried_push(worker, h.request_id)) {
+  if (push && is_retried_push(worker, h.request_id)) {
     ++stats_.duplicate_pushes;
     reply_header(message.from, h, h.op == Op::kPush ? Op::kPushReply : Op::kDensePushReply, kFlagAppliedBefore);
     return;

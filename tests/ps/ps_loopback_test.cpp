@@ -915,14 +915,21 @@ std::pair<Op, std::string> raw_clock(rdma::Endpoint& raw, int64_t clock, uint64_
   return std::make_pair(d.header.op, d.error_text);
 }
 
+// A started job of one server and two workers, worker 1 (rank 2) raw:
+// exchange(c, id) sends the server its clock c under request id `id`.
+struct RawClockJob {
+  Job job{"tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1};
+  RawClockJob() { job.start(); }
+  std::pair<Op, std::string> exchange(int64_t clock, uint64_t id) { return raw_clock(job.endpoint(2), clock, id); }
+};
+
 // A clock whose first copy was lost, arriving after the worker's next clock
 // (sent again): answered, not refused as older; an older clock the server
 // never saw the id of before is still refused (below).
 TEST(PsExactlyOnce, AClockSentAgainAfterTheNextOneIsAnswered) {
-  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1);
-  job.start();
-  rdma::Endpoint& raw = job.endpoint(2);  // worker 1
-  auto exchange = [&](int64_t clock, uint64_t id) { return raw_clock(raw, clock, id); };
+  RawClockJob r;
+  Job& job = r.job;
+  auto exchange = [&](int64_t clock, uint64_t id) { return r.exchange(clock, id); };
   EXPECT_EQ(exchange(1, 4).first, Op::kClockReply);
   EXPECT_EQ(exchange(3, 9).first, Op::kClockReply);  // clock 2 (id 6) was lost on its way
   EXPECT_EQ(exchange(2, 6).first, Op::kClockReply);  // ... and comes again, late
@@ -966,10 +973,9 @@ TEST(PsTimeout, AReplyTheTransportCannotDeliverIsCountedWithItsReason) {
 // server whose checkpoint already holds it) is answered like the first and
 // counted; an older clock is still refused with an error naming both.
 TEST(PsExactlyOnce, ARetriedClockIsAnsweredAndAnOlderOneRefused) {
-  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 1)}, {}, /*raw_workers=*/1);
-  job.start();
-  rdma::Endpoint& raw = job.endpoint(2);  // worker 1
-  auto exchange = [&](int64_t clock, uint64_t id) { return raw_clock(raw, clock, id); };
+  RawClockJob r;
+  Job& job = r.job;
+  auto exchange = [&](int64_t clock, uint64_t id) { return r.exchange(clock, id); };
   EXPECT_EQ(exchange(1, 1).first, Op::kClockReply);
   EXPECT_EQ(exchange(2, 2).first, Op::kClockReply);
   EXPECT_EQ(exchange(2, 2).first, Op::kClockReply);  // the retry
@@ -1087,8 +1093,10 @@ TEST(PsRejoin, APushLostBeforeTheCheckpointIsAppliedAfterTheRejoin) {
     ClusterMap map;
     map.tables = {sgd_table(0, 1)};
     map.server_rejoin_timeout = std::chrono::seconds(30);
-    map.servers.push_back(NodeInfo{.role = Role::kServer, .rank = 0, .role_rank = 0, .fabric_address = old_ep.address()});
-    map.workers.push_back(NodeInfo{.role = Role::kWorker, .rank = 1, .role_rank = 0, .fabric_address = worker_ep.address()});
+    map.servers.push_back(NodeInfo{.role = Role::kServer, .rank = 0, .role_rank = 0, .host = "h",
+                                   .fabric_address = old_ep.address()});
+    map.workers.push_back(NodeInfo{.role = Role::kWorker, .rank = 1, .role_rank = 0, .host = "h",
+                                   .fabric_address = worker_ep.address()});
     for (rdma::Endpoint* e : {&old_ep, &new_ep}) e->add_peer(1, worker_ep.address());
     worker_ep.add_peer(0, old_ep.address());
     ServerOptions so;

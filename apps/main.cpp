@@ -60,7 +60,11 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    return app.exit(e);
+    // CLI11 prints the message (or --help, --version: status 0); a bad flag
+    // exits 2 like every other usage error of parafab, not with CLI11's
+    // own numbers (105, 106, 109, ...), which scripts cannot tell apart
+    // from a failed run.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return ctx.exit_code;
 }

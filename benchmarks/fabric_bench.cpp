@@ -106,13 +106,29 @@ struct Payloads {
   }
 };
 
-void check_status(const rdma::Status& s, const std::string& what) {
-  if (!s.ok()) throw CaseFailure(2, what + ": " + s.to_string());
+// What a timed loop is doing, for an error message: a literal and the
+// iteration, put into words only when something failed. Formatting (and
+// allocating) the text on every call cost the timed loops 4 heap blocks and
+// 2 fmt::format calls a round trip.
+struct Where {
+  const char* what;
+  int iteration = -1;
+  Where(const char* w) : what(w) {}  // NOLINT: implicit, from a literal
+  Where(const char* w, int i) : what(w), iteration(i) {}
+  std::string text() const {
+    return iteration < 0 ? std::string(what) : fmt::format("{} (iteration {})", what, iteration);
+  }
+};
+
+void check_status(const rdma::Status& s, const Where& where) {
+  if (!s.ok()) throw CaseFailure(2, where.text() + ": " + s.to_string());
 }
 
-rdma::Message receive_or_throw(rdma::Endpoint& e, std::chrono::milliseconds timeout, const std::string& what) {
+rdma::Message receive_or_throw(rdma::Endpoint& e, std::chrono::milliseconds timeout, const Where& where) {
   auto m = e.receive(timeout);
-  if (!m) throw CaseFailure(2, what + ": nothing received within " + std::to_string(timeout.count()) + " ms");
+  if (!m) {
+    throw CaseFailure(2, where.text() + ": nothing received within " + std::to_string(timeout.count()) + " ms");
+  }
   return std::move(*m);
 }
 
@@ -146,12 +162,12 @@ class Helper {
 
 // Receives on `e` in short slices so that a stop request ends the wait.
 rdma::Message receive_until(rdma::Endpoint& e, const std::atomic<bool>& stop, std::chrono::milliseconds timeout,
-                            const std::string& what) {
+                            const Where& where) {
   const auto deadline = Clock::now() + timeout;
   while (!stop && Clock::now() < deadline) {
     if (auto m = e.receive(std::chrono::milliseconds(100))) return std::move(*m);
   }
-  throw CaseFailure(2, what + (stop ? ": stopped" : ": nothing received within the timeout"));
+  throw CaseFailure(2, where.text() + (stop ? ": stopped" : ": nothing received within the timeout"));
 }
 
 struct Timed {
@@ -202,9 +218,9 @@ Timed run_pingpong(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iteration
     // The first and last messages are checked whole after the timed loop.
     std::vector<std::pair<int, rdma::Message>> ends;
     for (int i = 0; i < iterations; ++i) {
-      rdma::Message m = receive_until(b, stop, timeout, "tagged_pingpong: B");
+      rdma::Message m = receive_until(b, stop, timeout, Where("tagged_pingpong: B", i));
       auto sent = b.send(kA, static_cast<uint64_t>(i), buffer_of(answers, i), n);
-      check_status(b.wait(sent), "tagged_pingpong: B's answer");
+      check_status(b.wait(sent), Where("tagged_pingpong: B's answer", i));
       if (!verify) continue;
       if (i == 0 || i == iterations - 1) {
         ends.emplace_back(i, std::move(m));
@@ -228,8 +244,8 @@ Timed run_pingpong(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iteration
   clock.start();
   for (int i = 0; i < iterations; ++i) {
     auto sent = a.send(kB, static_cast<uint64_t>(i), buffer_of(pay, i), n);
-    rdma::Message m = receive_or_throw(a, timeout, fmt::format("tagged_pingpong iteration {}: A", i));
-    check_status(a.wait(sent), fmt::format("tagged_pingpong iteration {}: A's send", i));
+    rdma::Message m = receive_or_throw(a, timeout, Where("tagged_pingpong: A", i));
+    check_status(a.wait(sent), Where("tagged_pingpong: A's send", i));
     if (!verify) continue;
     clock.pause();
     if (auto why = wrong_message(m, n, i, iterations, answers)) {
@@ -347,7 +363,7 @@ RmaTimes run_rma_read(rdma::Endpoint& a, rdma::Endpoint& b, size_t n, int iterat
   Stopwatch clock;
   clock.start();
   for (int i = 0; i < iterations; ++i) {
-    check_status(read_wait(0), fmt::format("rma_read iteration {}", i));
+    check_status(read_wait(0), Where("rma_read", i));
     const bool first = i == 0, last = i == iterations - 1;
     if (!verify || !(first || last || i == iterations - 2)) continue;
     clock.pause();

@@ -386,7 +386,7 @@ std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
     // Drive progress here: no progress thread to wait for, or none worth
     // the hand-off. The queue is polled at least once, so that a caller's
     // loop of receive(0ms) makes progress.
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = coarse_now() + timeout;  // a poll per loop: no fine clock read on each
     for (bool polled = false;; polled = true) {
       {
         std::lock_guard lock(m.inbox_mu_);
@@ -396,7 +396,7 @@ std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
           return msg;
         }
       }
-      if (polled && Clock::now() >= deadline) return std::nullopt;
+      if (polled && coarse_now() >= deadline) return std::nullopt;
       m.caller_poll();
     }
   }

@@ -121,6 +121,11 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   kvc->add_option("--big-table-keys", kv->big_table_keys,
                   "Keys the servers hold in sparse_push_big_table, which pushes --sparse-keys of them at random; 0 skips it")
       ->capture_default_str();
+  kvc->add_option("--rounds", kv->rounds,
+                  "Rounds, each the fabric's figures then every case: figures are the rounds' medians, with the "
+                  "lowest and highest ratio of a round (ratio_min, ratio_max)")
+      ->check(kPositiveNumber)
+      ->capture_default_str();
   kvc->add_option("--fabric-iterations", kv->fabric_iterations, "bench fabric's iterations per size; 0: its default")
       ->check(kNonNegativeNumber)
       ->capture_default_str();

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "benchmarks/bench_endpoint.h"
+#include "benchmarks/bench_rounds.h"
 #include "benchmarks/memory_ceiling.h"
 #include "benchmarks/pingpong_ceiling.h"
 #include "rdma/endpoint.h"
@@ -426,12 +427,6 @@ struct Round {
   double stream_us = 0.0;
   std::optional<RmaTimes> rma;
 };
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2.0;
-}
 
 // Medians over the rounds of a size, and the spread of the rounds' ratios.
 class RoundSummary {

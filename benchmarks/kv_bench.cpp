@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "benchmarks/bench_endpoint.h"
+#include "benchmarks/bench_rounds.h"
 #include "benchmarks/fabric_bench.h"
 #include "ps/cluster_map.h"
 #include "ps/dense_table.h"
@@ -850,6 +851,7 @@ std::string check_options(const KvBenchOptions& o) {
                        o.big_table_keys, o.sparse_keys);
   }
   if (o.window < 0) return "window must be >= 0";
+  if (o.rounds < 1) return "need at least one round";
   if (o.case_seconds < 0.0 || o.min_iterations < 1 || o.max_iterations < o.min_iterations || o.max_insert_pushes < 1) {
     return "need case seconds >= 0, 1 <= min iterations <= max iterations, max insert pushes >= 1";
   }
@@ -868,11 +870,15 @@ size_t resident_bytes() {
   return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
-int measure_kv_provider(const KvBenchOptions& o, const std::string& provider, BenchReport& report,
-                        std::ostream& log) {
+namespace {
+
+// One round: the fabric's figures, then every case beside them.
+int measure_kv_round(const KvBenchOptions& o, const std::string& provider, BenchReport& report, std::ostream& log) {
   // The fabric's figures first: bench fabric runs fi_pingpong before this
   // process opens any endpoint of the provider (no fork after registration).
+  // Once per round: the rounds are the repetition.
   FabricBenchOptions fo;
+  fo.rounds = 1;
   std::set<size_t> sizes(o.dense_sizes.begin(), o.dense_sizes.end());
   sizes.insert(1024);
   // The power of two nearest to a sparse request's 12 bytes a key: the size
@@ -915,6 +921,31 @@ int measure_kv_provider(const KvBenchOptions& o, const std::string& provider, Be
     return 2;
   }
   return frc == 1 ? 1 : 0;
+}
+
+}  // namespace
+
+int measure_kv_provider(const KvBenchOptions& o, const std::string& provider, BenchReport& report,
+                        std::ostream& log) {
+  const int rounds = o.rounds;
+  std::vector<BenchReport> done;
+  for (int r = 1; r <= rounds; ++r) {
+    if (rounds > 1) log << fmt::format("{}: round {} of {}\n", provider, r, rounds);
+    BenchReport round;
+    const int rc = measure_kv_round(o, provider, round, log);
+    if (rc != 0) {
+      // The rounds before it merged, or what this one measured: not a
+      // partial round among whole ones.
+      const BenchReport keep = done.empty() ? std::move(round) : merge_rounds(done);
+      for (const BenchRecord& rec : keep.records()) report.add(rec);
+      if (!done.empty()) log << fmt::format("{}: reporting the {} whole round(s) before it\n", provider, done.size());
+      return rc;
+    }
+    done.push_back(std::move(round));
+  }
+  const BenchReport merged = merge_rounds(done);
+  for (const BenchRecord& rec : merged.records()) report.add(rec);
+  return 0;
 }
 
 int measure_kv_memory(const KvBenchOptions& o, BenchReport& report, std::ostream& log) {
@@ -961,15 +992,17 @@ int run_kv_bench(const KvBenchOptions& o, std::ostream& out) {
     out << "bench kv: " << err << "\n";
     return 2;
   }
-  out << fmt::format("bench kv: {} server(s), {} worker(s), {} s per case, sparse {} keys, window {}, {}\n",
+  out << fmt::format("bench kv: {} server(s), {} worker(s), {} s per case, sparse {} keys, window {}, {}, {} round{}\n",
                      o.servers, o.workers, o.case_seconds, o.sparse_keys, o.window,
-                     o.busy_poll ? "busy polling endpoints" : "adaptive progress threads");
+                     o.busy_poll ? "busy polling endpoints" : "adaptive progress threads", o.rounds,
+                     o.rounds == 1 ? "" : "s");
   BenchReport report;
   int rc = 0;
   for (const auto& p : o.providers) rc = std::max(rc, measure_kv_provider(o, p, report, out));
   if (o.memory_keys > 0) rc = std::max(rc, measure_kv_memory(o, report, out));
   out << "\nratio: value / ceiling for MB/s and keys/s, ceiling / value for us and B/key (lower is better); >= 1 is "
-         "as good as the ceiling.\nceilings: bench fabric's tagged_pingpong (one request at a time) or tagged_stream "
+         "as good as the ceiling.\nrounds: each record is the median of its rounds (value and ceiling), and ratio_min, "
+         "ratio_max the lowest and highest of the rounds' own ratios.\nceilings: bench fabric's tagged_pingpong (one request at a time) or tagged_stream "
          "(window) of the same size and provider, measured in this run; sparse keys/s: that MB/s / 12 bytes a key; "
          "*_sorted: the same keys in increasing order; latency: its 1 KiB round trip; sparse_memory: the 24 B/key "
          "goal.\n";

@@ -74,6 +74,15 @@
 // Every fabric ceiling record also carries fi_pingpong's figure for the same
 // size (fields fi_pingpong and fi_pingpong_ratio) when it could be run.
 //
+// Rounds (`rounds`, 3 by default): the fabric's figures and every case are
+// measured that many times, in turn, and each record is the median of its
+// rounds (value, ceiling and their ratio), with fields rounds, ratio_min and
+// ratio_max (the lowest and highest of the rounds' own ratios). This
+// machine's tcp ping-pong at 1 MiB swings between about 1.9 and 4.2 GB/s
+// from one minute to the next: measured once, tens of seconds before the
+// case, the ceiling made one binary's dense_push ratio read 0.44 in one run
+// and 1.05 in the next.
+//
 // Verification (on unless `verify` is false), off the clock: dense pushes
 // carry distinct small integers, so the table must hold exactly minus the
 // number of pushes of each row times its gradient; the first and last pull
@@ -118,6 +127,11 @@ struct KvBenchOptions {
   // fabric's do by default, so the ceiling and the figure share a progress mode.
   bool busy_poll = true;
   int fabric_iterations = 0;    // bench fabric's iterations per size; 0: its default
+  // Rounds, each the fabric's figures then every case (sparse_memory once,
+  // after them): a record is the median of its rounds, beside the median of
+  // their ceilings, with the spread of the rounds' own ratios
+  // (benchmarks/bench_rounds.h).
+  int rounds = 3;
   std::string fi_pingpong = "fi_pingpong";
   std::string node = "127.0.0.1";
   std::chrono::milliseconds timeout{30000};
@@ -128,9 +142,11 @@ struct KvBenchOptions {
 // Resident set size of this process from /proc/self/statm, in bytes (0 when unreadable).
 size_t resident_bytes();
 
-// One provider: the fabric ceilings (bench fabric at 1 KiB and every dense
-// size), then every KV case. Returns 0, 1 when a verification failed, 2 on
-// an error (the reason on `log`).
+// One provider, round by round: the fabric ceilings (bench fabric at 1 KiB,
+// the sparse size and every dense size), then every KV case; the rounds'
+// records merged. Returns 0, 1 when a verification failed, 2 on an error
+// (the reason on `log`); a failed round ends the run, and the rounds before
+// it are reported (or, for the first, what it measured).
 int measure_kv_provider(const KvBenchOptions& options, const std::string& provider, BenchReport& report,
                         std::ostream& log);
 

@@ -3,6 +3,7 @@
 // assertions.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -28,6 +29,7 @@ KvBenchOptions tiny() {
   o.fabric_iterations = 20;
   o.ceiling = false;  // fi_pingpong is not needed for the shape of the records
   o.timeout = std::chrono::milliseconds(20000);
+  o.rounds = 1;
   return o;
 }
 
@@ -94,16 +96,31 @@ TEST(KvBench, TinyRunVerifiesEveryCase) {
   EXPECT_EQ(dense, 2u * 5u);  // two sizes, five dense cases (tcp;ofi_rxm has FI_RMA)
 }
 
+// Two rounds, merged: every record says so and carries the spread of its
+// rounds' ratios, in the table and in the JSON lines.
 TEST(KvBench, TwoServersTwoWorkersThroughTheWholeCommand) {
   KvBenchOptions o = tiny();
   o.servers = 2;
   o.workers = 2;
   o.dense_sizes = {size_t{8} << 10};  // two rows: one on each server
   o.memory_keys = 0;
+  o.rounds = 2;
   o.json_path = ::testing::TempDir() + "kv_bench_test.json";
   std::ostringstream out;
   ASSERT_EQ(run_kv_bench(o, out), 0) << out.str();
   EXPECT_NE(out.str().find("sparse_push"), std::string::npos);
+  EXPECT_NE(out.str().find("round 2 of 2"), std::string::npos) << out.str();
+  std::ifstream json(o.json_path);
+  std::string line;
+  int lines = 0;
+  while (std::getline(json, line)) {
+    ++lines;
+    EXPECT_NE(line.find("\"rounds\": 2"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"ratio_min\": "), std::string::npos) << line;
+    EXPECT_NE(line.find("\"ratio_max\": "), std::string::npos) << line;
+    EXPECT_NE(line.find("\"verified\": \"yes\""), std::string::npos) << line;
+  }
+  EXPECT_GE(lines, 10);
 }
 
 TEST(KvBench, BadOptionsAreRefused) {

@@ -55,6 +55,13 @@ BenchRecord& BenchRecord::with_ceiling(double ceiling_value, std::string source)
   return *this;
 }
 
+const BenchField* BenchRecord::field(const std::string& key) const {
+  for (const auto& [k, v] : fields) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
 BenchRecord& BenchRecord::with(std::string key, BenchField v) {
   fields.emplace_back(std::move(key), std::move(v));
   return *this;

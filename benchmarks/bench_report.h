@@ -55,6 +55,8 @@ struct BenchRecord {
   BenchRecord& with(std::string key, const char* v) {
     return with(std::move(key), BenchField(std::string(v)));
   }
+  // The first field named `key`, or null.
+  const BenchField* field(const std::string& key) const;
 };
 
 class BenchReport {

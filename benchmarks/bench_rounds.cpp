@@ -12,15 +12,8 @@
 namespace parafab::benchmarks {
 namespace {
 
-const BenchField* find_field(const BenchRecord& r, const std::string& key) {
-  for (const auto& [k, v] : r.fields) {
-    if (k == key) return &v;
-  }
-  return nullptr;
-}
-
 bool lower_is_better(const BenchRecord& r) {
-  const BenchField* f = find_field(r, "better");
+  const BenchField* f = r.field("better");
   return f != nullptr && std::holds_alternative<std::string>(*f) && std::get<std::string>(*f) == "lower";
 }
 
@@ -124,7 +117,7 @@ BenchRecord merge_round_records(const std::vector<BenchRecord>& rounds) {
     if (k == "rounds" || k == "ratio_min" || k == "ratio_max") continue;  // written below
     std::vector<const BenchField*> present;
     for (const BenchRecord& r : rounds) {
-      if (const BenchField* f = find_field(r, k)) present.push_back(f);
+      if (const BenchField* f = r.field(k)) present.push_back(f);
     }
     out.with(k, merge_field(k, present));
   }

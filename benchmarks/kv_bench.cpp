@@ -243,10 +243,9 @@ struct FabricFigures {
 };
 
 std::optional<int64_t> int_field(const BenchRecord& r, const std::string& key) {
-  for (const auto& [k, v] : r.fields) {
-    if (k == key && std::holds_alternative<int64_t>(v)) return std::get<int64_t>(v);
-  }
-  return std::nullopt;
+  const BenchField* f = r.field(key);
+  if (f == nullptr || !std::holds_alternative<int64_t>(*f)) return std::nullopt;
+  return std::get<int64_t>(*f);
 }
 
 std::map<size_t, FabricFigures> fabric_figures(const BenchReport& fr) {

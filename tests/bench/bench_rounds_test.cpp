@@ -14,13 +14,6 @@
 namespace parafab::benchmarks {
 namespace {
 
-const BenchField* field(const BenchRecord& r, const std::string& key) {
-  for (const auto& [k, v] : r.fields) {
-    if (k == key) return &v;
-  }
-  return nullptr;
-}
-
 TEST(BenchRounds, MedianOfOddAndEvenCounts) {
   EXPECT_EQ(median_of({}), 0.0);
   EXPECT_EQ(median_of({5.0}), 5.0);
@@ -54,15 +47,15 @@ TEST(BenchRounds, ThroughputIsTheMedianBesideTheMedianCeiling) {
   ASSERT_TRUE(m.ratio.has_value());
   EXPECT_DOUBLE_EQ(*m.ratio, 2000.0 / 3000.0);
   // The rounds' ratios: 0.5, 1.2, 0.6.
-  ASSERT_NE(field(m, "ratio_min"), nullptr);
-  EXPECT_DOUBLE_EQ(std::get<double>(*field(m, "ratio_min")), 0.5);
-  EXPECT_DOUBLE_EQ(std::get<double>(*field(m, "ratio_max")), 1.2);
-  EXPECT_EQ(std::get<int64_t>(*field(m, "rounds")), 3);
-  EXPECT_EQ(std::get<int64_t>(*field(m, "bytes")), 1048576);
-  EXPECT_EQ(std::get<int64_t>(*field(m, "iterations")), 110);
-  EXPECT_DOUBLE_EQ(std::get<double>(*field(m, "client_mb_per_s")), 5001.0);
-  EXPECT_EQ(std::get<std::string>(*field(m, "provider")), "tcp;ofi_rxm");
-  EXPECT_EQ(std::get<std::string>(*field(m, "verified")), "yes");
+  ASSERT_NE(m.field("ratio_min"), nullptr);
+  EXPECT_DOUBLE_EQ(std::get<double>(*m.field("ratio_min")), 0.5);
+  EXPECT_DOUBLE_EQ(std::get<double>(*m.field("ratio_max")), 1.2);
+  EXPECT_EQ(std::get<int64_t>(*m.field("rounds")), 3);
+  EXPECT_EQ(std::get<int64_t>(*m.field("bytes")), 1048576);
+  EXPECT_EQ(std::get<int64_t>(*m.field("iterations")), 110);
+  EXPECT_DOUBLE_EQ(std::get<double>(*m.field("client_mb_per_s")), 5001.0);
+  EXPECT_EQ(std::get<std::string>(*m.field("provider")), "tcp;ofi_rxm");
+  EXPECT_EQ(std::get<std::string>(*m.field("verified")), "yes");
   // Fields keep their order, the round fields last.
   ASSERT_GE(m.fields.size(), 3u);
   EXPECT_EQ(m.fields.front().first, "bytes");
@@ -83,9 +76,9 @@ TEST(BenchRounds, LatencyRatioIsCeilingOverValue) {
   EXPECT_EQ(m.value, 25.0);
   EXPECT_EQ(*m.ceiling, 20.0);
   EXPECT_DOUBLE_EQ(*m.ratio, 20.0 / 25.0);
-  EXPECT_DOUBLE_EQ(std::get<double>(*field(m, "ratio_min")), 0.5);   // 15 / 30
-  EXPECT_DOUBLE_EQ(std::get<double>(*field(m, "ratio_max")), 1.25);  // 25 / 20
-  EXPECT_EQ(std::get<std::string>(*field(m, "better")), "lower");
+  EXPECT_DOUBLE_EQ(std::get<double>(*m.field("ratio_min")), 0.5);   // 15 / 30
+  EXPECT_DOUBLE_EQ(std::get<double>(*m.field("ratio_max")), 1.25);  // 25 / 20
+  EXPECT_EQ(std::get<std::string>(*m.field("better")), "lower");
 }
 
 // A round without a ceiling (fi_pingpong missing then) leaves the others'
@@ -102,11 +95,11 @@ TEST(BenchRounds, MissingCeilingsDifferingTextsAndTheWorstVerification) {
   EXPECT_EQ(*m.ceiling, 30.0);
   EXPECT_EQ(m.ceiling_source, "a|b");
   EXPECT_DOUBLE_EQ(*m.ratio, 12.0 / 30.0);
-  EXPECT_DOUBLE_EQ(std::get<double>(*field(m, "ratio_min")), 0.35);
-  EXPECT_DOUBLE_EQ(std::get<double>(*field(m, "ratio_max")), 0.5);
-  EXPECT_EQ(std::get<std::string>(*field(m, "verified")), "failed");
-  EXPECT_EQ(std::get<std::string>(*field(m, "note")), "p|q");
-  EXPECT_EQ(std::get<int64_t>(*field(m, "late")), 7);  // only the round that had it
+  EXPECT_DOUBLE_EQ(std::get<double>(*m.field("ratio_min")), 0.35);
+  EXPECT_DOUBLE_EQ(std::get<double>(*m.field("ratio_max")), 0.5);
+  EXPECT_EQ(std::get<std::string>(*m.field("verified")), "failed");
+  EXPECT_EQ(std::get<std::string>(*m.field("note")), "p|q");
+  EXPECT_EQ(std::get<int64_t>(*m.field("late")), 7);  // only the round that had it
 
   std::vector<BenchRecord> none;
   none.push_back(BenchRecord("fabric", "y", 1.0, "us"));
@@ -115,7 +108,7 @@ TEST(BenchRounds, MissingCeilingsDifferingTextsAndTheWorstVerification) {
   EXPECT_EQ(n.value, 2.0);
   EXPECT_FALSE(n.ceiling.has_value());
   EXPECT_FALSE(n.ratio.has_value());
-  EXPECT_EQ(field(n, "ratio_min"), nullptr);
+  EXPECT_EQ(n.field("ratio_min"), nullptr);
 }
 
 TEST(BenchRounds, ReportsMergeRecordByRecordAndDifferentCasesAreRefused) {
@@ -133,7 +126,7 @@ TEST(BenchRounds, ReportsMergeRecordByRecordAndDifferentCasesAreRefused) {
   // One report comes back as it was (no round fields).
   const BenchReport one = merge_rounds({reports[0]});
   ASSERT_EQ(one.records().size(), 2u);
-  EXPECT_EQ(field(one.records()[0], "rounds"), nullptr);
+  EXPECT_EQ(one.records()[0].field("rounds"), nullptr);
   EXPECT_TRUE(merge_rounds({}).records().empty());
 
   std::vector<BenchReport> uneven = reports;

@@ -100,12 +100,6 @@ FabricBenchOptions tiny() {
   return o;
 }
 
-const BenchField* field(const BenchRecord& r, const std::string& key) {
-  for (const auto& [k, v] : r.fields) {
-    if (k == key) return &v;
-  }
-  return nullptr;
-}
 
 void expect_records(const BenchReport& report) {
   ASSERT_GE(report.records().size(), 3u);  // pingpong us and MB/s, stream MB/s (+ rma when supported)
@@ -130,12 +124,12 @@ TEST(FabricBench, TinyVerifiedRunWithoutCeiling) {
   // The bandwidth cases carry one thread's memcpy of their working set, and
   // their figure over it; the ping-pong does not.
   for (const auto& r : report.records()) {
-    const BenchField* copy = field(r, "copy_mb_s");
+    const BenchField* copy = r.field("copy_mb_s");
     const bool bandwidth = r.unit == "MB/s" && r.case_name != "tagged_pingpong";
     ASSERT_EQ(copy != nullptr, bandwidth) << r.case_name << " " << r.unit;
     if (!bandwidth) continue;
     EXPECT_GT(std::get<double>(*copy), 0.0) << r.case_name;
-    const BenchField* ratio = field(r, "copy_ratio");
+    const BenchField* ratio = r.field("copy_ratio");
     ASSERT_NE(ratio, nullptr) << r.case_name;
     EXPECT_DOUBLE_EQ(std::get<double>(*ratio), r.value / std::get<double>(*copy)) << r.case_name;
   }
@@ -165,12 +159,12 @@ TEST(FabricBench, RoundsGiveMediansAndTheSpreadOfTheRatios) {
   expect_records(report);
   EXPECT_NE(log.str().find("2 rounds"), std::string::npos) << log.str();
   for (const auto& r : report.records()) {
-    const BenchField* rounds = field(r, "rounds");
+    const BenchField* rounds = r.field("rounds");
     ASSERT_NE(rounds, nullptr) << r.case_name;
     EXPECT_EQ(std::get<int64_t>(*rounds), 2);
     if (!r.ratio) continue;
-    const BenchField* lo = field(r, "ratio_min");
-    const BenchField* hi = field(r, "ratio_max");
+    const BenchField* lo = r.field("ratio_min");
+    const BenchField* hi = r.field("ratio_max");
     if (lo == nullptr) {  // fi_pingpong failed in a round: said so, no spread
       EXPECT_NE(log.str().find("no fi_pingpong ceiling"), std::string::npos) << r.case_name << "\n" << log.str();
       continue;

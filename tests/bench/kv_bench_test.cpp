@@ -34,10 +34,8 @@ KvBenchOptions tiny() {
 }
 
 std::string field_string(const BenchRecord& r, const std::string& key) {
-  for (const auto& [k, v] : r.fields) {
-    if (k == key && std::holds_alternative<std::string>(v)) return std::get<std::string>(v);
-  }
-  return "";
+  const BenchField* f = r.field(key);
+  return f != nullptr && std::holds_alternative<std::string>(*f) ? std::get<std::string>(*f) : "";
 }
 
 void expect_all_cases(const BenchReport& report, const std::set<std::string>& want) {

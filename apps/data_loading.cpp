@@ -47,8 +47,13 @@ worker::Dataset read_and_summarize(const std::string& role, const std::string& p
   opt.parts = parts;
   worker::ReadStats stats;
   bool from_cache = false;
+  std::string rebuilt_because;
   const auto t0 = std::chrono::steady_clock::now();
-  worker::Dataset d = worker::load_dataset(path, opt, cache_path, &stats, &from_cache);
+  worker::Dataset d = worker::load_dataset(path, opt, cache_path, &stats, &from_cache, &rebuilt_because);
+  if (!rebuilt_because.empty()) {
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("{} {}: rebuilt the cache {}: {}", role, path, cache_path, rebuilt_because).c_str());
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "%s\n",
                fmt::format("{} {} ({}): {} examples, {} nonzeros, {} in {:.2f} s", role, path,

@@ -263,30 +263,44 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source, uint64_t
 }
 
 Dataset load_dataset(const std::string& path, const ReadOptions& options, const std::string& cache_path,
-                     ReadStats* stats, bool* from_cache) {
+                     ReadStats* stats, bool* from_cache, std::string* rebuilt_because) {
   if (from_cache) *from_cache = false;
+  if (rebuilt_because) rebuilt_because->clear();
   if (cache_path.empty()) return read_text_dataset(path, options, stats);
   // Stamp before parsing: a source changed while being parsed then leaves a
   // cache that is already stale, never one that looks fresh.
   const SourceStamp now = source_stamp(path);
-  try {
-    SourceStamp recorded;
-    uint64_t skipped = 0;
-    Dataset cached = open_binary_cache(cache_path, &recorded, &skipped);
-    // A cache built by skipping bad lines serves only runs that skip too;
-    // without the flag the text is parsed again and its first bad line stops it.
-    if (recorded == now && (skipped == 0 || options.skip_bad_lines)) {
-      if (stats) {
-        *stats = ReadStats{};
-        stats->examples = cached.rows();
-        stats->skipped_lines = skipped;
+  std::string why;
+  std::error_code ec;
+  if (std::filesystem::exists(cache_path, ec)) {
+    try {
+      SourceStamp recorded;
+      uint64_t skipped = 0;
+      Dataset cached = open_binary_cache(cache_path, &recorded, &skipped);
+      // A cache built by skipping bad lines serves only runs that skip too;
+      // without the flag the text is parsed again and its first bad line stops it.
+      if (recorded != now) {
+        why = path + " changed since it was built";
+      } else if (skipped != 0 && !options.skip_bad_lines) {
+        why = fmt::format("it was built skipping {} bad line(s) and this run does not skip them", skipped);
+      } else {
+        if (stats) {
+          *stats = ReadStats{};
+          stats->examples = cached.rows();
+          stats->skipped_lines = skipped;
+        }
+        if (from_cache) *from_cache = true;
+        return cached;
       }
-      if (from_cache) *from_cache = true;
-      return cached;
+    } catch (const DataError& e) {
+      // Damaged, or not a cache at all: rebuilt below. The message without
+      // its leading "<cache path>: ", which the caller names.
+      std::string what = e.what();
+      if (what.rfind(cache_path + ": ", 0) == 0) what.erase(0, cache_path.size() + 2);
+      why = "it is corrupt: " + what;
     }
-  } catch (const DataError&) {
-    // Missing, stale or damaged: rebuild it below.
   }
+  if (rebuilt_because) *rebuilt_because = why;
   ReadStats local;
   ReadStats* st = stats ? stats : &local;
   Dataset parsed = read_text_dataset(path, options, st);

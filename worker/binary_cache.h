@@ -57,8 +57,12 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source = nullptr
 // stale or damaged cache is rebuilt, not an error; a parse error, a missing
 // source or a failure to write the cache throws DataError (no cache is
 // written on a parse error). From a cache, *stats holds only `examples`.
+// *rebuilt_because says why a cache file that was there was not used (it is
+// empty when there was none, or it was used): "it is corrupt: <the check
+// that failed>", "<path> changed since it was built", or "it was built
+// skipping N bad lines and this run does not skip them".
 Dataset load_dataset(const std::string& path, const ReadOptions& options,
                      const std::string& cache_path, ReadStats* stats = nullptr,
-                     bool* from_cache = nullptr);
+                     bool* from_cache = nullptr, std::string* rebuilt_because = nullptr);
 
 }  // namespace parafab::worker

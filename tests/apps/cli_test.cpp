@@ -472,6 +472,16 @@ TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
   r = run_cli("train --train " + bad + " --epochs 1 --cache " + cache);
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(contains(r.out, bad + ":3:")) << r.out;
+
+  // A damaged cache is rebuilt from the text, and the run says why.
+  std::ofstream(cache) << "not a cache";
+  r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "train " + bad + ": rebuilt the cache " + cache + ": it is corrupt: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "parsed and cached")) << r.out;
+  r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
+  EXPECT_TRUE(contains(r.out, "mapped")) << r.out;
+  EXPECT_FALSE(contains(r.out, "rebuilt the cache")) << r.out;
 }
 
 TEST_F(Cli, CorruptModelIsRefused) {

@@ -232,41 +232,50 @@ TEST_F(BinaryCache, LoadDatasetUsesAFreshCacheAndRebuildsAStaleOne) {
   ReadOptions opt;
   bool from_cache = true;
   ReadStats stats;
-  Dataset first = load_dataset(src, opt, cache_, &stats, &from_cache);
+  std::string why = "not set";
+  Dataset first = load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_FALSE(from_cache);
+  EXPECT_EQ(why, "");  // no cache yet: built, nothing to explain
   EXPECT_EQ(first.rows(), 2u);
   EXPECT_TRUE(fs::exists(cache_));
 
-  Dataset second = load_dataset(src, opt, cache_, &stats, &from_cache);
+  Dataset second = load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_TRUE(from_cache);
+  EXPECT_EQ(why, "");
   EXPECT_EQ(stats.examples, 2u);
   expect_same_view(first.view(), second.view());
 
   // Size changes: stale.
   test::write_file(src, "1 1:1 2:2\n0 3:3\n1 4:4\n");
-  Dataset third = load_dataset(src, opt, cache_, &stats, &from_cache);
+  Dataset third = load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_FALSE(from_cache);
+  EXPECT_EQ(why, src + " changed since it was built");
   EXPECT_EQ(third.rows(), 3u);
-  load_dataset(src, opt, cache_, &stats, &from_cache);
+  load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_TRUE(from_cache);
+  EXPECT_EQ(why, "");
 
   // Same size, other mtime: stale too.
   test::write_file(src, "1 1:1 2:2\n0 3:3\n1 4:5\n");
   fs::last_write_time(src, fs::last_write_time(src) + std::chrono::seconds(5));
-  Dataset fourth = load_dataset(src, opt, cache_, &stats, &from_cache);
+  Dataset fourth = load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_FALSE(from_cache);
+  EXPECT_EQ(why, src + " changed since it was built");
   EXPECT_EQ(fourth.view().values[3], 5.0f);
   SourceStamp recorded;
   open_binary_cache(cache_, &recorded);
   EXPECT_EQ(recorded, source_stamp(src));
 
-  // A damaged cache is rebuilt, not trusted and not fatal.
+  // A damaged cache is rebuilt, not trusted and not fatal, and the caller
+  // learns which check it failed.
   flip_byte(cache_, fs::file_size(cache_) - 1);
-  Dataset fifth = load_dataset(src, opt, cache_, &stats, &from_cache);
+  Dataset fifth = load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_FALSE(from_cache);
+  EXPECT_EQ(why, "it is corrupt: payload checksum mismatch: the cache data is corrupt");
   expect_same_view(fourth.view(), fifth.view());
-  load_dataset(src, opt, cache_, &stats, &from_cache);
+  load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_TRUE(from_cache);
+  EXPECT_EQ(why, "");
 
   // No cache path: always parse.
   load_dataset(src, opt, "", &stats, &from_cache);

@@ -57,7 +57,11 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
     hints->caps = base_caps;
     rc = fi_getinfo(FI_VERSION(1, 17), node, nullptr, node ? FI_SOURCE : 0, hints.get(), &raw);
   }
-  check(rc, "fi_getinfo", context() + " (RDM with FI_MSG, FI_TAGGED, FI_SOURCE and FI_DIRECTED_RECV)");
+  check(rc, "fi_getinfo",
+        context() + " (RDM with FI_MSG, FI_TAGGED, FI_SOURCE and FI_DIRECTED_RECV" +
+            (rc == -FI_ENODATA ? "; no provider of that name on this host offers them at that node: a provider "
+                                 "this host lacks, or a node address that is not one of this host's)"
+                               : ")"));
   info.reset(raw);
   fi_info* fi = info.get();
   has_rma = (fi->caps & FI_RMA) != 0;

@@ -1,6 +1,7 @@
 // Tagged messages over real libfabric on loopback: every size from empty to
 // past the message limit, several in flight, scatter-gather, many peers.
 #include <gtest/gtest.h>
+#include <rdma/fi_errno.h>
 
 #include <algorithm>
 #include <atomic>
@@ -443,6 +444,24 @@ TEST_P(EndpointPerProvider, GarbageAddressIsAClearError) {
   EXPECT_THROW(a.add_peer(4, wrong), FabricError);
   EXPECT_FALSE(a.has_peer(3));
   EXPECT_FALSE(a.has_peer(4));
+}
+
+// A provider this host does not have: the error names the provider and the
+// node and says what -61 (FI_ENODATA) means here.
+TEST(EndpointSetup, AMissingProviderIsAClearError) {
+  EndpointOptions o;
+  o.provider = "no-such-provider";
+  o.node = "127.0.0.1";
+  try {
+    Endpoint e(o);
+    ADD_FAILURE() << "an endpoint opened for provider no-such-provider";
+  } catch (const FabricError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), -FI_ENODATA) << what;
+    EXPECT_NE(what.find("'no-such-provider'"), std::string::npos) << what;
+    EXPECT_NE(what.find("'127.0.0.1'"), std::string::npos) << what;
+    EXPECT_NE(what.find("no provider of that name on this host offers them at that node"), std::string::npos) << what;
+  }
 }
 
 TEST_P(EndpointPerProvider, MessageFromAnUnknownAddressIsDroppedAndCounted) {

@@ -297,7 +297,7 @@ Dataset load_dataset(const std::string& path, const ReadOptions& options, const 
       // its leading "<cache path>: ", which the caller names.
       std::string what = e.what();
       if (what.rfind(cache_path + ": ", 0) == 0) what.erase(0, cache_path.size() + 2);
-      why = "it is corrupt: " + what;
+      why = "it cannot be used: " + what;
     }
   }
   if (rebuilt_because) *rebuilt_because = why;

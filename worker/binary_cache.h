@@ -58,7 +58,7 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source = nullptr
 // source or a failure to write the cache throws DataError (no cache is
 // written on a parse error). From a cache, *stats holds only `examples`.
 // *rebuilt_because says why a cache file that was there was not used (it is
-// empty when there was none, or it was used): "it is corrupt: <the check
+// empty when there was none, or it was used): "it cannot be used: <the check
 // that failed>", "<path> changed since it was built", or "it was built
 // skipping N bad lines and this run does not skip them".
 Dataset load_dataset(const std::string& path, const ReadOptions& options,

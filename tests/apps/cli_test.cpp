@@ -477,7 +477,7 @@ TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
   std::ofstream(cache) << "not a cache";
   r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "train " + bad + ": rebuilt the cache " + cache + ": it is corrupt: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "train " + bad + ": rebuilt the cache " + cache + ": it cannot be used: ")) << r.out;
   EXPECT_TRUE(contains(r.out, "parsed and cached")) << r.out;
   r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
   EXPECT_TRUE(contains(r.out, "mapped")) << r.out;

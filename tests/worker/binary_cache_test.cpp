@@ -271,7 +271,7 @@ TEST_F(BinaryCache, LoadDatasetUsesAFreshCacheAndRebuildsAStaleOne) {
   flip_byte(cache_, fs::file_size(cache_) - 1);
   Dataset fifth = load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_FALSE(from_cache);
-  EXPECT_EQ(why, "it is corrupt: payload checksum mismatch: the cache data is corrupt");
+  EXPECT_EQ(why, "it cannot be used: payload checksum mismatch: the cache data is corrupt");
   expect_same_view(fourth.view(), fifth.view());
   load_dataset(src, opt, cache_, &stats, &from_cache, &why);
   EXPECT_TRUE(from_cache);

@@ -200,7 +200,16 @@ void KvClient::release_held_locked(Pending& p, Sends& out) {
 
 void KvClient::release_held_locked(Sends& out) {
   if (holding_clocks_ == 0) return;
-  for (auto& [id, p] : pending_) release_held_locked(*p, out);
+  // In the order they were made (pending_ is unordered): several clocks
+  // held behind one push (an epoch's last batch and its idle clocks) must
+  // reach a server in order, or the later one ticks first and the earlier
+  // ones arrive as stale copies.
+  std::vector<Pending*> held;
+  for (auto& [id, p] : pending_) {
+    if (!p->held.empty()) held.push_back(p.get());
+  }
+  std::sort(held.begin(), held.end(), [](const Pending* a, const Pending* b) { return a->id < b->id; });
+  for (Pending* p : held) release_held_locked(*p, out);
 }
 
 void KvClient::finish(std::unique_ptr<Pending> done) {

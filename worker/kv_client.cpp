@@ -194,6 +194,9 @@ void KvClient::release_held_locked(Pending& p, Sends& out) {
   });
   if (go.empty()) return;
   if (p.held.empty()) --holding_clocks_;
+  // Sent only now: its wait for a reply starts now, or the next sweep would
+  // take it for overdue and send a copy right behind it.
+  if (options_.resend_after.count() > 0) p.resend_at = Clock::now() + options_.resend_after;
   p.posting = true;  // as in start(): nobody else finishes or frees it while it is sent
   out.emplace_back(&p, std::move(go));
 }
@@ -876,6 +879,10 @@ void KvClient::sweep() {
     }
     release_held_locked(released);  // a failed push is answered no more
   }
+  // Again in the order they were made (pending_ is unordered): two lost
+  // clocks sent newest first would tick once and the older come as a copy.
+  // The Pendings stay put while posting, and ids never change.
+  std::sort(resend.begin(), resend.end(), [](const auto& a, const auto& b) { return a.first->id < b.first->id; });
   if (!resend.empty()) send_late(resend, /*overdue=*/true);
   if (!released.empty()) send_late(released, /*overdue=*/false);
   for (auto& p : failed) {

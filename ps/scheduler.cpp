@@ -1,5 +1,6 @@
 #include "ps/scheduler.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -21,6 +22,10 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// A job's id as every node prints it ("joined job 5cdea82f9eb76ce6"), so
+// that one grep finds the job in all of its logs.
+std::string job_text(uint64_t job_id) { return fmt::format("{:016x}", job_id); }
 
 struct Conn {
   uint64_t id = 0;
@@ -255,7 +260,7 @@ struct Scheduler::Impl {
       ++counters.auth_failures;
       const std::string text = "bad token: registration of " + std::string(to_string(role)) + " on host " +
                                reg.host() + " from " + c.peer + " refused; it does not hold the job token of job " +
-                               std::to_string(job_id) + " (a node of another job?)";
+                               job_text(job_id) + " (a node of another job?)";
       spdlog::warn("scheduler: {}", text);
       refuse(c, proto::ERROR_BAD_TOKEN, text);
       return;
@@ -283,7 +288,7 @@ struct Scheduler::Impl {
     if (map_sent || vacant == role_slots.end()) {
       ++counters.refused_full;
       const std::string text = "all " + std::to_string(expected(role)) + " " + to_string(role) +
-                               "s of job " + std::to_string(job_id) + " have joined; refusing host " + reg.host();
+                               "s of job " + job_text(job_id) + " have joined; refusing host " + reg.host();
       spdlog::warn("scheduler: {}", text);
       refuse(c, proto::ERROR_ROLE_FULL, text);
       return;
@@ -445,7 +450,7 @@ struct Scheduler::Impl {
     to_proto(map, m.mutable_cluster_map());
     for (const auto& s : servers) s->channel->send(m);
     for (const auto& w : workers) w->channel->send(m);
-    spdlog::info("scheduler: job {}: all {} servers and {} workers joined; cluster map sent", job_id,
+    spdlog::info("scheduler: job {:016x}: all {} servers and {} workers joined; cluster map sent", job_id,
                  opt.num_servers, opt.num_workers);
     check_barriers();
     maybe_shutdown();
@@ -582,9 +587,9 @@ struct Scheduler::Impl {
     finishing = true;
     failure = std::move(failure_text);
     if (failure.empty()) {
-      spdlog::info("scheduler: job {} shutting down: {}", job_id, log_reason);
+      spdlog::info("scheduler: job {:016x} shutting down: {}", job_id, log_reason);
     } else {
-      spdlog::error("scheduler: job {} failed: {}", job_id, failure);
+      spdlog::error("scheduler: job {:016x} failed: {}", job_id, failure);
     }
     boost::system::error_code ec;
     acceptor.close(ec);
@@ -701,7 +706,7 @@ Scheduler::Scheduler(SchedulerOptions options) : impl_(std::make_unique<Impl>(st
     throw SchedulerError("scheduler: cannot listen on " + o.bind + ":" + std::to_string(o.port) + ": " +
                          ec.message());
   }
-  spdlog::info("scheduler: job {} listening on {}:{} for {} servers and {} workers (token {})", impl_->job_id,
+  spdlog::info("scheduler: job {:016x} listening on {}:{} for {} servers and {} workers (token {})", impl_->job_id,
                o.bind, port(), o.num_servers, o.num_workers, o.token->fingerprint());
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -467,6 +468,10 @@ TEST(SchedulerTest, BadTokenIsRefusedAndGoodNodesAreStillServed) {
     FAIL() << "joined with a wrong token";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("bad token"), std::string::npos) << e.what();
+    // The job named as every node's log names it: 16 hex digits.
+    char job[17];
+    std::snprintf(job, sizeof job, "%016llx", static_cast<unsigned long long>(sched->job_id()));
+    EXPECT_NE(std::string(e.what()).find(std::string("job token of job ") + job + " "), std::string::npos) << e.what();
   }
   EXPECT_EQ(sched->stats().auth_failures, 1u);
   auto clients = join_all({client_options(sched->port(), "right-token", Role::kServer, 0, 1),

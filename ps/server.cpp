@@ -337,7 +337,7 @@ bool Server::is_retried_push(uint32_t worker, uint64_t request_id) {
 void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& d) {
   const WireHeader& h = d.header;
   const uint32_t worker = message.from - map_.num_servers();
-  const bool push = h.op == Op::kPush || h.op == Op::kDensePush;
+  const bool push = is_push(h.op);
   if (push && options_.drop_push_every > 0 && ++push_arrivals_ % options_.drop_push_every == 0) {
     ++stats_.pushes_dropped;  // fault injection: as if the transport had lost it
     return;

@@ -64,6 +64,9 @@ enum DenseRegionKeys : size_t {
 };
 inline constexpr uint64_t kRegionNoBound = ~uint64_t{0};
 const char* to_string(Op op);
+// A push of either kind (sparse or dense): what a server applies once and a
+// clock waits for.
+inline bool is_push(Op op) { return op == Op::kPush || op == Op::kDensePush; }
 
 // Flag bits.
 inline constexpr uint8_t kFlagNone = 0;

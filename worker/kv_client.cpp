@@ -57,6 +57,7 @@ struct KvClient::Pending {
   // Clocks: the servers its message is not sent to yet, for an earlier push
   // of this worker they have not answered (clock()).
   std::vector<uint32_t> held;
+  bool holds(uint32_t server) const { return std::find(held.begin(), held.end(), server) != held.end(); }
   bool unanswered = false;  // failed by the deadline with a server's reply missing
   Clock::time_point resend_at = Clock::time_point::max();  // reads: when unanswered servers get it again
   // Pulls: server rank -> output row of each key it was asked for, in order.
@@ -154,7 +155,7 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
   // while `posting` nobody else finishes or frees the request.
   std::vector<Pending::Send> sends;
   for (auto& [server, bytes] : raw->messages) {
-    if (std::find(raw->held.begin(), raw->held.end(), server) != raw->held.end()) continue;
+    if (raw->holds(server)) continue;
     sends.push_back({server, epoch_of(server), endpoint_.send(server, 0, bytes.data(), bytes.size())});
   }
   std::unique_ptr<Pending> done;
@@ -177,7 +178,7 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
 
 bool KvClient::push_unanswered_locked(uint64_t id, uint32_t server) const {
   for (const auto& [other, p] : pending_) {
-    if (other >= id || (p->request_op != ps::Op::kPush && p->request_op != ps::Op::kDensePush)) continue;
+    if (other >= id || !ps::is_push(p->request_op)) continue;
     const auto a = p->answered.find(server);
     if (a != p->answered.end() && !a->second) return true;
   }
@@ -203,16 +204,7 @@ void KvClient::release_held_locked(Pending& p, Sends& out) {
 
 void KvClient::release_held_locked(Sends& out) {
   if (holding_clocks_ == 0) return;
-  // In the order they were made (pending_ is unordered): several clocks
-  // held behind one push (an epoch's last batch and its idle clocks) must
-  // reach a server in order, or the later one ticks first and the earlier
-  // ones arrive as stale copies.
-  std::vector<Pending*> held;
-  for (auto& [id, p] : pending_) {
-    if (!p->held.empty()) held.push_back(p.get());
-  }
-  std::sort(held.begin(), held.end(), [](const Pending* a, const Pending* b) { return a->id < b->id; });
-  for (Pending* p : held) release_held_locked(*p, out);
+  for (auto& [id, p] : pending_) release_held_locked(*p, out);  // in no order: send_late sorts
 }
 
 void KvClient::finish(std::unique_ptr<Pending> done) {
@@ -798,7 +790,7 @@ void KvClient::on_reply(const rdma::Message& m) {
         stats_.pull_bytes += d.values.size_bytes();
       }
     }
-    const bool push = p.request_op == ps::Op::kPush || p.request_op == ps::Op::kDensePush;
+    const bool push = ps::is_push(p.request_op);
     if (p.remaining == 0 && !p.posting) {
       done = std::move(it->second);
       pending_.erase(it);
@@ -843,7 +835,7 @@ void KvClient::sweep() {
             const bool unsent = std::any_of(p.sends.begin(), p.sends.end(), [&](const Pending::Send& s) {
               return s.server == server && s.done.valid() && !s.done.is_ready();
             });
-            const bool held = std::find(p.held.begin(), p.held.end(), server) != p.held.end();
+            const bool held = p.holds(server);
             missing += (missing.empty() ? "" : ", ") + std::to_string(server) +
                        (held     ? " (never sent: an earlier push to it had no reply)"
                         : unsent ? " (a send of the request had not completed)"
@@ -865,7 +857,7 @@ void KvClient::sweep() {
           std::vector<uint32_t> servers;
           if (p.id > newest || newest - p.id < kResendWindow) {
             for (auto& [server, ok] : p.answered) {
-              if (!ok && std::find(p.held.begin(), p.held.end(), server) == p.held.end()) servers.push_back(server);
+              if (!ok && !p.holds(server)) servers.push_back(server);
             }
           }
           p.resend_at = now + options_.resend_after;
@@ -879,10 +871,6 @@ void KvClient::sweep() {
     }
     release_held_locked(released);  // a failed push is answered no more
   }
-  // Again in the order they were made (pending_ is unordered): two lost
-  // clocks sent newest first would tick once and the older come as a copy.
-  // The Pendings stay put while posting, and ids never change.
-  std::sort(resend.begin(), resend.end(), [](const auto& a, const auto& b) { return a.first->id < b.first->id; });
   if (!resend.empty()) send_late(resend, /*overdue=*/true);
   if (!released.empty()) send_late(released, /*overdue=*/false);
   for (auto& p : failed) {
@@ -900,6 +888,12 @@ void KvClient::sweep() {
 }
 
 void KvClient::send_late(Sends& list, bool overdue) {
+  // In the order the requests were made: the lists come from pending_,
+  // which is unordered, and several clocks released (or sent again) at once
+  // must reach a server in order, or the later one ticks first and the
+  // earlier ones arrive as stale copies. The Pendings stay put while
+  // posting, and ids never change.
+  std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first->id < b.first->id; });
   std::vector<std::vector<Pending::Send>> sent(list.size());
   uint64_t messages = 0;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -970,7 +964,7 @@ void KvClient::server_rejoined(uint32_t server, std::span<const std::byte> addre
     for (auto& [id, p] : pending_) {
       const auto a = p->answered.find(server);
       if (p->posting || a == p->answered.end() || a->second) continue;
-      if (std::find(p->held.begin(), p->held.end(), server) != p->held.end()) {
+      if (p->holds(server)) {
         clock_pending = true;  // goes once the pushes sent again below are answered
         continue;
       }

@@ -179,8 +179,9 @@ class KvClient {
   void on_reply(const rdma::Message& m);
   void sweep();
   // Sends each request to the servers listed with it, again (overdue:
-  // counted in overdue_resent) or held until now (clocks). Outside mu_; the
-  // requests are marked `posting` by whoever listed them.
+  // counted in overdue_resent) or held until now (clocks), in the order the
+  // requests were made (it sorts `list` by id). Outside mu_; the requests
+  // are marked `posting` by whoever listed them.
   using Sends = std::vector<std::pair<Pending*, std::vector<uint32_t>>>;
   void send_late(Sends& list, bool overdue);
   // A push of this worker numbered before `id` that server `server` has not

@@ -100,6 +100,11 @@ void DenseTable::pull(uint64_t first_row, uint64_t rows, float* out) const {
   std::memcpy(out, values_ + (first_row - begin_) * width_, rows * width_ * sizeof(float));
 }
 
+std::span<const float> DenseTable::rows_in_place(uint64_t first_row, uint64_t rows) const {
+  check_range("pull", first_row, rows);
+  return {values_ + (first_row - begin_) * width_, static_cast<size_t>(rows * width_)};
+}
+
 PushResult DenseTable::push(uint64_t first_row, uint64_t rows, const float* grads, ApplyPool* pool) {
   check_range("push", first_row, rows);
   PushResult result;

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "ps/sparse_table.h"  // PushResult, ApplyPool (declared)
@@ -63,6 +64,10 @@ class DenseTable {
   // rows x width floats. Throw std::out_of_range naming the requested range
   // and this shard's when the range is not inside [begin_row, end_row).
   void pull(uint64_t first_row, uint64_t rows, float* out) const;
+  // The same rows in place, not copied (range errors as pull): for the
+  // table's only writer, which must not push to it while it still reads them
+  // (the server lends them to a large pull's reply; see Server::settle_lent).
+  std::span<const float> rows_in_place(uint64_t first_row, uint64_t rows) const;
   // Applies each row's gradient with the table's updater (apply_update); a row
   // with a non-finite gradient or result is refused and counted, the others
   // applied. inserted is always 0. With a pool, a push of many bytes is

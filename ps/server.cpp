@@ -206,6 +206,7 @@ void Server::restore(const ShardCheckpoint& c, const std::string& path, int64_t 
     if (t == nullptr || d.begin_row != t->begin_row() || d.end_row != t->end_row()) {
       refuse("dense table " + std::to_string(d.id) + " does not fit this shard's rows");
     }
+    settle_lent(d.id);
     try {
       t->restore(d.values, d.state);
     } catch (const std::invalid_argument& e) {
@@ -367,7 +368,7 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       if (merge_rounds_) {
         rounds_.add_dense(h.clock, worker, h.table, d.keys[0], d.keys[1], d.values.data(), map_.table(h.table).width);
       } else {
-        stats_.refused_non_finite += dense_.at(h.table)->push(d.keys[0], d.keys[1], d.values.data(), pool_.get()).refused_non_finite;
+        apply_dense(h.table, d.keys[0], d.keys[1], d.values.data());
       }
       ++stats_.pushes;
       stats_.keys_pushed += d.keys[1];
@@ -478,11 +479,18 @@ void Server::answer_pull(const rdma::Message& message, const DecodedMessage& d) 
   r.clock = clocks_.min_clock();
   r.request_id = h.request_id;
   r.payload_bytes = n * width * sizeof(float);
-  // Values are written straight into the reply: one copy, from the table.
-  rdma::ByteBuffer bytes(kWireHeaderBytes + r.payload_bytes);  // not zero-filled: the pull writes it all
+  // A large dense pull's rows are sent from the table itself, behind the
+  // header: no copy (settle_lent keeps pushes off them until sent). Others
+  // are written straight into the reply: one copy, from the table.
+  constexpr uint64_t kLendBytes = 64 * 1024;
+  const bool lend = dense && r.payload_bytes >= kLendBytes;
+  rdma::ByteBuffer bytes(kWireHeaderBytes + (lend ? 0 : r.payload_bytes));  // not zero-filled: all is written
   encode_header(r, bytes.data());
   auto* out = reinterpret_cast<float*>(bytes.data() + kWireHeaderBytes);
-  if (dense) {
+  std::span<const float> lent;
+  if (lend) {
+    lent = dense_.at(h.table)->rows_in_place(d.keys[0], n);
+  } else if (dense) {
     dense_.at(h.table)->pull(d.keys[0], n, out);
   } else {
     sparse_.at(h.table)->pull(d.keys, out, pool_.get());
@@ -491,7 +499,7 @@ void Server::answer_pull(const rdma::Message& message, const DecodedMessage& d) 
   stats_.keys_pulled += n;
   stats_.staleness.record(h.clock, clocks_.min_clock());
   if (on_pull_answered) on_pull_answered(message.from - map_.num_servers(), h.clock, clocks_.min_clock());
-  reply(message.from, std::move(bytes));
+  reply(message.from, std::move(bytes), lent, h.table);
 }
 
 void Server::answer_parked() {
@@ -527,7 +535,7 @@ void Server::apply_rounds_before(int64_t clock, bool early) {
         stats_.refused_non_finite += sparse_.at(table)->push(keys, grads, pool_.get()).refused_non_finite;
       },
       [&](uint32_t table, uint64_t first_row, uint64_t rows, const float* grads) {
-        stats_.refused_non_finite += dense_.at(table)->push(first_row, rows, grads, pool_.get()).refused_non_finite;
+        apply_dense(table, first_row, rows, grads);
       }};
   const size_t n = rounds_.take_before(clock, sink);
   stats_.rounds_applied += n;
@@ -557,10 +565,19 @@ void Server::publish_stats() {
   published_stats_ = stats_;  // assignment: the histogram's vector keeps its memory
 }
 
-void Server::reply(uint32_t to, rdma::ByteBuffer bytes) {
+void Server::reply(uint32_t to, rdma::ByteBuffer bytes, std::span<const float> lent, uint32_t lent_table) {
   publish_stats();  // before the reply: whoever it reaches sees what led to it
-  auto f = endpoint_.send(to, 0, bytes.data(), bytes.size());
-  in_flight_.emplace_back(std::move(f), std::move(bytes));
+  InFlightReply r;
+  if (lent.empty()) {
+    r.sent = endpoint_.send(to, 0, bytes.data(), bytes.size());
+  } else {
+    const rdma::ConstBuffer pieces[2] = {{bytes.data(), bytes.size()}, {lent.data(), lent.size_bytes()}};
+    r.sent = endpoint_.send(to, 0, pieces);
+    r.lent_table = lent_table;
+    ++lent_[lent_table];
+  }
+  r.bytes = std::move(bytes);
+  in_flight_.push_back(std::move(r));
   if (in_flight_.size() > 1024) reap_replies(false);
 }
 
@@ -587,16 +604,36 @@ void Server::reply_error(uint32_t to, uint64_t request_id, const std::string& wh
   reply(to, encode_message_as<rdma::ByteBuffer>(r, {}, std::as_bytes(std::span(what.data(), what.size()))));
 }
 
-void Server::reap_replies(bool all) {
+void Server::reap_replies(bool all) { reap_front(all ? in_flight_.size() : 0); }
+
+void Server::reap_front(size_t must) {
   while (!in_flight_.empty()) {
-    auto& f = in_flight_.front().first;
-    if (!all && !f.is_ready()) break;
-    if (const rdma::Status st = endpoint_.wait(f); !st.ok()) {
+    InFlightReply& r = in_flight_.front();
+    if (must == 0 && !r.sent.is_ready()) break;
+    if (must > 0) --must;
+    if (const rdma::Status st = endpoint_.wait(r.sent); !st.ok()) {
       ++stats_.reply_failures;
       stats_.last_reply_failure = st.to_string();
     }
+    if (r.lent_table) --lent_[*r.lent_table];
     in_flight_.pop_front();
   }
+}
+
+void Server::settle_lent(uint32_t table) {
+  const auto it = lent_.find(table);
+  if (it == lent_.end() || it->second == 0) return;
+  // Up to the last reply lending the table: replies are sent about in the
+  // order they were made, so the ones before it are mostly done too. A
+  // reply that fails (its peer died) ends within the endpoint's timeout.
+  size_t last = in_flight_.size();
+  while (last > 0 && in_flight_[last - 1].lent_table != table) --last;
+  reap_front(last);
+}
+
+void Server::apply_dense(uint32_t table, uint64_t first_row, uint64_t rows, const float* grads) {
+  settle_lent(table);
+  stats_.refused_non_finite += dense_.at(table)->push(first_row, rows, grads, pool_.get()).refused_non_finite;
 }
 
 }  // namespace parafab::ps

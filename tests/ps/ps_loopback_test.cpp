@@ -310,6 +310,49 @@ TEST_P(PsLoopback, DenseRangesSpanningBothServers) {
   EXPECT_EQ(bad.code(), rdma::StatusCode::kInvalidArgument);
 }
 
+// A large dense pull's reply is sent from the table's rows in place (no
+// copy): a push arriving while it is still being sent must wait for it, so
+// every pull sees each shard as of one moment. Worker 1 keeps adding 1 to
+// every value while worker 0 pulls the whole 2 MiB table.
+TEST_P(PsLoopback, LargeDensePullsSentInPlaceAreNeverTornByLaterPushes) {
+  constexpr uint64_t kRows = 512;
+  constexpr uint32_t kWidth = 1024;  // 4 KiB rows: a 1 MiB reply from each server
+  Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("asp"));
+  job.start();
+  std::atomic<bool> stop{false};
+  std::atomic<int> pushes{0};
+  std::thread pusher([&] {
+    const std::vector<float> ones(kRows * kWidth, -1.0f);  // SGD lr 1: value += 1
+    while (!stop) {
+      ASSERT_TRUE(job.worker(1).dense_push(2, 0, kRows, ones).get().ok());
+      ++pushes;
+    }
+  });
+  std::vector<float> out(kRows * kWidth);
+  float last[2] = {0.0f, 0.0f};
+  for (int pull = 0; pull < 40; ++pull) {
+    std::fill(out.begin(), out.end(), -7.0f);
+    const rdma::Status s = job.worker(0).dense_pull(2, 0, kRows, out.data()).get();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    for (uint32_t server = 0; server < 2; ++server) {
+      const RowRange r = dense_rows_of(kRows, server, 2);
+      const float v = out[r.begin * kWidth];
+      ASSERT_GE(v, last[server]) << "server " << server << "'s shard went back";
+      last[server] = v;
+      for (uint64_t i = r.begin * kWidth; i < r.end * kWidth; ++i) {
+        ASSERT_EQ(out[i], v) << "pull " << pull << ": torn reply of server " << server << " at float " << i;
+      }
+    }
+  }
+  stop = true;
+  pusher.join();
+  // At rest, a pull holds every push.
+  ASSERT_TRUE(job.worker(0).dense_pull(2, 0, kRows, out.data()).get().ok());
+  for (float v : out) ASSERT_EQ(v, static_cast<float>(pushes.load()));
+  std::printf("40 pulls of 2 MiB during %d pushes; the last pulls mid-run saw %g and %g\n", pushes.load(),
+              static_cast<double>(last[0]), static_cast<double>(last[1]));
+}
+
 // kWidth 256: 32 KiB shards, read with their region's head in one read;
 // 4096: 512 KiB shards, head and values read apart.
 void run_torn_reads(const std::string& provider, uint32_t kWidth) {

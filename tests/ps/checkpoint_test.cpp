@@ -18,12 +18,25 @@ namespace {
 
 ClusterMap one_server_map(UpdaterKind sparse_updater) {
   ClusterMap map;
-  map.servers.push_back(NodeInfo{.role = Role::kServer, .rank = 0, .role_rank = 0, .host = "h"});
-  for (uint32_t w = 0; w < 2; ++w) map.workers.push_back(NodeInfo{.role = Role::kWorker, .rank = 1 + w, .role_rank = w, .host = "h"});
-  TableSchema sparse{.id = 0, .kind = TableKind::kSparse, .width = 3};
+  auto node = [](Role role, uint32_t rank, uint32_t role_rank) {
+    NodeInfo n;
+    n.role = role;
+    n.rank = rank;
+    n.role_rank = role_rank;
+    n.host = "h";
+    return n;
+  };
+  map.servers.push_back(node(Role::kServer, 0, 0));
+  for (uint32_t w = 0; w < 2; ++w) map.workers.push_back(node(Role::kWorker, 1 + w, w));
+  TableSchema sparse;
+  sparse.width = 3;
   sparse.updater.kind = sparse_updater;
   sparse.updater.learning_rate = 0.1f;
-  TableSchema dense{.id = 1, .kind = TableKind::kDense, .width = 4, .rows = 10};
+  TableSchema dense;
+  dense.id = 1;
+  dense.kind = TableKind::kDense;
+  dense.width = 4;
+  dense.rows = 10;
   dense.updater.kind = UpdaterKind::kAdam;
   dense.updater.learning_rate = 0.01f;
   map.tables = {sparse, dense};

@@ -144,7 +144,7 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
     ++stats_.requests;
     if (raw->request_op == ps::Op::kClock) {
       for (const auto& [server, bytes] : raw->messages) {
-        if (push_unanswered_locked(raw->id, server)) raw->held.push_back(server);
+        if (clock_waits_locked(raw->id, server)) raw->held.push_back(server);
       }
       if (!raw->held.empty()) ++holding_clocks_;
       stats_.clocks_held += raw->held.size();
@@ -185,11 +185,20 @@ bool KvClient::push_unanswered_locked(uint64_t id, uint32_t server) const {
   return false;
 }
 
+bool KvClient::clock_waits_locked(uint64_t id, uint32_t server) const {
+  if (push_unanswered_locked(id, server)) return true;
+  for (const auto& [other, p] : pending_) {
+    if (other >= id || p->request_op != ps::Op::kClock) continue;
+    if (p->holds(server) || (p->posting && p->messages.contains(server))) return true;
+  }
+  return false;
+}
+
 void KvClient::release_held_locked(Pending& p, Sends& out) {
   if (p.posting || p.held.empty()) return;
   std::vector<uint32_t> go;
   std::erase_if(p.held, [&](uint32_t server) {
-    if (push_unanswered_locked(p.id, server)) return false;
+    if (clock_waits_locked(p.id, server)) return false;
     go.push_back(server);
     return true;
   });
@@ -894,6 +903,7 @@ void KvClient::send_late(Sends& list, bool overdue) {
   // earlier ones arrive as stale copies. The Pendings stay put while
   // posting, and ids never change.
   std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first->id < b.first->id; });
+  if (options_.on_late_send) options_.on_late_send(overdue);
   std::vector<std::vector<Pending::Send>> sent(list.size());
   uint64_t messages = 0;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -915,10 +925,11 @@ void KvClient::send_late(Sends& list, bool overdue) {
       if (p->remaining == 0) {  // answered while it was being sent again
         done.push_back(std::move(pending_.at(p->id)));
         pending_.erase(p->id);
-      } else {
-        release_held_locked(*p, released);  // pushes answered while it was being sent
       }
     }
+    // Those whose pushes were answered while they were being sent, and
+    // later clocks that waited for these to go first.
+    release_held_locked(released);
   }
   for (auto& d : done) finish(std::move(d));
   // Each round sends at least one held message: this ends.

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -57,6 +58,10 @@ struct KvClientOptions {
   // than kResendWindow newer requests have been numbered: an older one
   // fails at the timeout. 0: never.
   std::chrono::milliseconds resend_after{10000};
+  // Test hook: called on the thread that sends requests held back
+  // (overdue false) or overdue ones again (true), each time just before it
+  // sends them.
+  std::function<void(bool overdue)> on_late_send;
 };
 
 struct KvClientStats {
@@ -65,7 +70,7 @@ struct KvClientStats {
   uint64_t rejoins = 0, resent = 0;  // servers back under their rank; requests sent to them again
   uint64_t overdue_resent = 0;       // requests sent again for want of a reply (resend_after)
   // Clock messages held back until every earlier push of this worker to
-  // their server was answered (clock()).
+  // their server was answered, and every earlier clock sent (clock()).
   uint64_t clocks_held = 0;
   // Gradient bytes of this worker's pushes that a server acknowledged, then
   // lost when it died (applied after the checkpoint it rejoined from), over
@@ -123,7 +128,10 @@ class KvClient {
   // server. The tick goes to a server only once it has answered every
   // earlier push of this worker (stats().clocks_held counts the waits): a
   // push the transport lost and resend_after sent again is applied in the
-  // round its clock ends, not after it. finish() waits the same way.
+  // round its clock ends, not after it. It also waits for an earlier tick
+  // still held, or still being sent by the thread that released it, so
+  // ticks reach each server in the order they were made. finish() waits
+  // the same way.
   std::future<rdma::Status> clock();
   // This worker will push no more: its clock on every server jumps to
   // kFinishedClock, so it leaves the SSP minimum (workers with fewer batches
@@ -187,6 +195,11 @@ class KvClient {
   // A push of this worker numbered before `id` that server `server` has not
   // answered yet.
   bool push_unanswered_locked(uint64_t id, uint32_t server) const;
+  // Whether clock request `id`'s message to `server` must wait: an earlier
+  // push of this worker to it is unanswered, or an earlier clock to it is
+  // still held or being sent by another thread (it would overtake that one,
+  // which then arrives as a stale copy).
+  bool clock_waits_locked(uint64_t id, uint32_t server) const;
   // Lists the held clock messages (Pending::held) now free to go: those
   // of `p`, or of every request not being posted.
   void release_held_locked(Pending& p, Sends& out);

@@ -970,6 +970,36 @@ TEST(PsTimeout, ClocksHeldTogetherGoOutInTheirOrder) {
   EXPECT_EQ(job.server(0).stats().late_requests, 0u);
 }
 
+// A clock made while an earlier one is being sent after its hold (the
+// thread that got the push's reply sends it) waits for it, instead of
+// overtaking it and turning it into a stale copy. The hook makes the new
+// clock on the sending thread, between the release and the send.
+TEST(PsTimeout, AClockMadeWhileHeldOnesAreBeingSentGoesAfterThem) {
+  KvClientOptions co = lost_message_options(true);
+  KvClient* client = nullptr;
+  std::future<rdma::Status> second;
+  int releases = 0;
+  co.on_late_send = [&](bool overdue) {
+    if (!overdue && releases++ == 0) second = client->clock();
+  };
+  Job job("tcp;ofi_rxm", 1, 1, {sgd_table(0, 1)}, {}, 0, co);
+  client = &job.worker(0);
+  const std::vector<uint64_t> key = {3};
+  auto lost = job.worker(0).push(0, key, std::vector<float>{1});
+  ASSERT_TRUE(job.endpoint(0).receive(std::chrono::seconds(10))) << "the push never reached the server's endpoint";
+  auto first = job.worker(0).clock();
+  EXPECT_EQ(job.worker(0).stats().clocks_held, 1u);  // behind the unanswered push
+  job.start();  // the push goes again (overdue), its reply releases clock 1
+  EXPECT_TRUE(lost.get().ok());
+  EXPECT_TRUE(first.get().ok());
+  ASSERT_GE(releases, 1);
+  ASSERT_TRUE(second.valid());
+  EXPECT_TRUE(second.get().ok());
+  EXPECT_EQ(job.server(0).clocks().clock(0), 2);
+  EXPECT_EQ(job.server(0).stats().clocks, 2u);  // both ticked: clock 2 did not arrive first
+  EXPECT_EQ(job.server(0).stats().late_requests, 0u);
+}
+
 // Requests the transport lost go again in the order they were made: two
 // lost clocks sent again both tick, the earlier first.
 TEST(PsTimeout, LostClocksAreSentAgainInTheirOrder) {

@@ -1061,6 +1061,32 @@ TEST(PsExactlyOnce, AClockSentAgainAfterTheNextOneIsAnswered) {
 // marked the worker failed) is counted with its reason and peer, which the
 // server command prints as its "transport:" line; the server goes on
 // serving the other worker.
+// The same for a large dense pull, whose reply lends the table's rows: the
+// failed reply lets go of them, so a push to the table right after is
+// applied at once, not held until some timeout.
+TEST(PsTimeout, ALentReplyTheTransportCannotDeliverLetsPushesThrough) {
+  constexpr uint64_t kRows = 64;
+  constexpr uint32_t kWidth = 1024;  // 256 KiB: sent from the table in place
+  KvClientOptions co;
+  co.timeout = std::chrono::milliseconds(500);
+  co.resend_after = std::chrono::milliseconds(0);
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("asp"), 0,
+          co);
+  job.endpoint(0).mark_peer_failed(1, "the test cut worker 0 off");  // rank 1: worker 0
+  job.start();
+  std::vector<float> rows(kRows * kWidth, 1.0f);
+  const rdma::Status lost = job.worker(0).dense_pull(0, 0, kRows, rows.data()).get();
+  EXPECT_EQ(lost.code(), rdma::StatusCode::kTimedOut) << lost.to_string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float> minus_two(kRows * kWidth, -2.0f);  // SGD lr 1: value += 2
+  ASSERT_TRUE(job.worker(1).dense_push(0, 0, kRows, minus_two).get().ok());
+  ASSERT_TRUE(job.worker(1).dense_pull(0, 0, kRows, rows.data()).get().ok());
+  // Well inside the endpoint's 20 s timeout: nothing waited for the failed reply.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(rows, std::vector<float>(kRows * kWidth, 2.0f));
+  EXPECT_EQ(job.server(0).stats().reply_failures, 1u);
+}
+
 TEST(PsTimeout, AReplyTheTransportCannotDeliverIsCountedWithItsReason) {
   KvClientOptions co;
   co.timeout = std::chrono::milliseconds(500);

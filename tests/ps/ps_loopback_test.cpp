@@ -328,6 +328,16 @@ TEST_P(PsLoopback, LargeDensePullsSentInPlaceAreNeverTornByLaterPushes) {
       ++pushes;
     }
   });
+  // Stops and joins the pusher however this test ends (a failed ASSERT
+  // returns early; a joinable thread's destructor would end the process).
+  struct StopPusher {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~StopPusher() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } stop_pusher{stop, pusher};
   std::vector<float> out(kRows * kWidth);
   float last[2] = {0.0f, 0.0f};
   for (int pull = 0; pull < 40; ++pull) {

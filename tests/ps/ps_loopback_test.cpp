@@ -310,6 +310,35 @@ TEST_P(PsLoopback, DenseRangesSpanningBothServers) {
   EXPECT_EQ(bad.code(), rdma::StatusCode::kInvalidArgument);
 }
 
+// Worker `client` adds 1 to every value of dense table `table` (rows x
+// width), push after push, on a thread of its own until stop() or the
+// destructor, however the test ends (a failed ASSERT returns early, and a
+// joinable thread's destructor would end the whole process).
+class KeepPushingOnes {
+ public:
+  KeepPushingOnes(KvClient& client, uint32_t table, uint64_t rows, uint32_t width)
+      : ones_(rows * width, -1.0f), thread_([this, &client, table, rows] {
+          while (!stop_) {
+            ASSERT_TRUE(client.dense_push(table, 0, rows, ones_).get().ok());
+            ++pushes_;
+          }
+        }) {}
+  ~KeepPushingOnes() { stop(); }
+  KeepPushingOnes(const KeepPushingOnes&) = delete;
+  KeepPushingOnes& operator=(const KeepPushingOnes&) = delete;
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int pushes() const { return pushes_; }  // answered so far
+
+ private:
+  const std::vector<float> ones_;  // SGD lr 1: value += 1
+  std::atomic<bool> stop_{false};
+  std::atomic<int> pushes_{0};
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 // A large dense pull's reply is sent from the table's rows in place (no
 // copy): a push arriving while it is still being sent must wait for it, so
 // every pull sees each shard as of one moment. Worker 1 keeps adding 1 to
@@ -319,25 +348,7 @@ TEST_P(PsLoopback, LargeDensePullsSentInPlaceAreNeverTornByLaterPushes) {
   constexpr uint32_t kWidth = 1024;  // 4 KiB rows: a 1 MiB reply from each server
   Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("asp"));
   job.start();
-  std::atomic<bool> stop{false};
-  std::atomic<int> pushes{0};
-  std::thread pusher([&] {
-    const std::vector<float> ones(kRows * kWidth, -1.0f);  // SGD lr 1: value += 1
-    while (!stop) {
-      ASSERT_TRUE(job.worker(1).dense_push(2, 0, kRows, ones).get().ok());
-      ++pushes;
-    }
-  });
-  // Stops and joins the pusher however this test ends (a failed ASSERT
-  // returns early; a joinable thread's destructor would end the process).
-  struct StopPusher {
-    std::atomic<bool>& stop;
-    std::thread& t;
-    ~StopPusher() {
-      stop = true;
-      if (t.joinable()) t.join();
-    }
-  } stop_pusher{stop, pusher};
+  KeepPushingOnes pusher(job.worker(1), 2, kRows, kWidth);
   std::vector<float> out(kRows * kWidth);
   float last[2] = {0.0f, 0.0f};
   for (int pull = 0; pull < 40; ++pull) {
@@ -354,12 +365,11 @@ TEST_P(PsLoopback, LargeDensePullsSentInPlaceAreNeverTornByLaterPushes) {
       }
     }
   }
-  stop = true;
-  pusher.join();
+  pusher.stop();
   // At rest, a pull holds every push.
   ASSERT_TRUE(job.worker(0).dense_pull(2, 0, kRows, out.data()).get().ok());
-  for (float v : out) ASSERT_EQ(v, static_cast<float>(pushes.load()));
-  std::printf("40 pulls of 2 MiB during %d pushes; the last pulls mid-run saw %g and %g\n", pushes.load(),
+  for (float v : out) ASSERT_EQ(v, static_cast<float>(pusher.pushes()));
+  std::printf("40 pulls of 2 MiB during %d pushes; the last pulls mid-run saw %g and %g\n", pusher.pushes(),
               static_cast<double>(last[0]), static_cast<double>(last[1]));
 }
 
@@ -378,11 +388,7 @@ void run_torn_reads(const std::string& provider, uint32_t kWidth) {
   for (float v : out) ASSERT_EQ(v, 0.0f);
   // Worker 1 keeps adding 1 to every value; each push is atomic per server
   // shard, so a consistent read sees one value across each shard's rows.
-  std::atomic<bool> stop{false};
-  std::thread pusher([&] {
-    const std::vector<float> ones(kRows * kWidth, -1.0f);  // SGD lr 1: value += 1
-    while (!stop) ASSERT_TRUE(job.worker(1).dense_push(2, 0, kRows, ones).get().ok());
-  });
+  KeepPushingOnes pusher(job.worker(1), 2, kRows, kWidth);
   int reads = 0;
   for (; reads < 200; ++reads) {
     const rdma::Status s = job.worker(0).dense_read(2, 0, kRows, out.data());
@@ -395,8 +401,7 @@ void run_torn_reads(const std::string& provider, uint32_t kWidth) {
       }
     }
   }
-  stop = true;
-  pusher.join();
+  pusher.stop();
   // At rest, the one-sided read equals the message pull.
   std::vector<float> pulled(kRows * kWidth);
   ASSERT_TRUE(job.worker(0).dense_pull(2, 0, kRows, pulled.data()).get().ok());

@@ -521,6 +521,8 @@ void Server::answer_parked() {
 }
 
 void Server::remove_worker(uint32_t worker_index) {
+  if (gone_.size() <= worker_index) gone_.resize(worker_index + 1, false);
+  gone_[worker_index] = true;
   clocks_.remove(worker_index);
   // Its pushes of the rounds it did not end stay in them.
   apply_rounds_before(clocks_.min_clock());
@@ -568,6 +570,7 @@ void Server::publish_stats() {
 void Server::reply(uint32_t to, rdma::ByteBuffer bytes, std::span<const float> lent, uint32_t lent_table) {
   publish_stats();  // before the reply: whoever it reaches sees what led to it
   InFlightReply r;
+  r.to = to;
   if (lent.empty()) {
     r.sent = endpoint_.send(to, 0, bytes.data(), bytes.size());
   } else {
@@ -620,15 +623,40 @@ void Server::reap_front(size_t must) {
   }
 }
 
+bool Server::worker_gone(uint32_t rank) {
+  const uint32_t w = rank - map_.num_servers();
+  if (w < gone_.size() && gone_[w]) return true;
+  std::lock_guard lock(dead_mu_);
+  return std::find(dead_pending_.begin(), dead_pending_.end(), w) != dead_pending_.end();
+}
+
 void Server::settle_lent(uint32_t table) {
   const auto it = lent_.find(table);
   if (it == lent_.end() || it->second == 0) return;
-  // Up to the last reply lending the table: replies are sent about in the
-  // order they were made, so the ones before it are mostly done too. A
-  // reply that fails (its peer died) ends within the endpoint's timeout.
-  size_t last = in_flight_.size();
-  while (last > 0 && in_flight_[last - 1].lent_table != table) --last;
-  reap_front(last);
+  // Until every reply lending the table has been sent, or has a peer that
+  // was declared dead meanwhile (checked between short waits: such a send
+  // may end only at the endpoint's timeout). A reply that fails ends too.
+  const rdma::EndpointOptions& eo = endpoint_.options();
+  const bool thread_progress = eo.progress_thread && !eo.busy_poll;
+  for (;;) {
+    InFlightReply* waiting = nullptr;
+    for (InFlightReply& r : in_flight_) {
+      if (r.lent_table != table || r.sent.is_ready()) continue;
+      if (worker_gone(r.to)) {
+        r.lent_table.reset();  // stays in in_flight_ until its send ends, lending nothing
+        --it->second;
+        continue;
+      }
+      if (waiting == nullptr) waiting = &r;
+    }
+    if (waiting == nullptr) break;
+    if (thread_progress) {
+      (void)waiting->sent.wait_for(std::chrono::milliseconds(2));
+    } else {
+      endpoint_.progress();  // this thread drives the endpoint (busy polling, or no progress thread)
+    }
+  }
+  reap_replies(false);
 }
 
 void Server::apply_dense(uint32_t table, uint64_t first_row, uint64_t rows, const float* grads) {

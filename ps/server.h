@@ -36,8 +36,10 @@
 // that table (a push, a round's apply, a restore) first waits until every
 // such reply still being sent has been (settle_lent). A trainer pulls, then
 // computes, then pushes, so the wait is usually over before it starts; a
-// reply to a peer that stopped reading holds pushes to that table up to the
-// endpoint's timeout (a dead peer's fails at once when it is declared dead).
+// reply to a peer that stopped reading holds pushes to that table until the
+// peer is declared dead (remove_worker_later), or at most the endpoint's
+// timeout. A reply to a dead peer is not waited for: whatever its transport
+// still reads goes to a peer that is gone.
 // `bench kv` dense_pull 1 MiB over tcp, three alternating pairs: 0.77-0.79
 // of the fabric's ping-pong with the copy, 0.81-1.03 without.
 #pragma once
@@ -186,8 +188,13 @@ class Server {
   // waiting for them, then those already sent.
   void reap_front(size_t must);
   // Waits until no reply in flight still reads dense table `table`'s rows
-  // in place: before anything writes them.
+  // in place: before anything writes them. A reply to a worker declared
+  // dead is not waited for (its send may never end before the endpoint's
+  // timeout; whatever it still reads goes to a peer that is gone).
   void settle_lent(uint32_t table);
+  // Whether worker peer `rank` was declared dead (removed, or waiting in
+  // dead_pending_ to be).
+  bool worker_gone(uint32_t rank);
   // A dense push of rows [first_row, first_row + rows), applied now (after
   // settle_lent), its refusals counted.
   void apply_dense(uint32_t table, uint64_t first_row, uint64_t rows, const float* grads);
@@ -236,9 +243,11 @@ class Server {
     rdma::Completion sent;
     rdma::ByteBuffer bytes;
     std::optional<uint32_t> lent_table;
+    uint32_t to = 0;  // the peer's rank
   };
   std::deque<InFlightReply> in_flight_;
   std::map<uint32_t, size_t> lent_;  // by dense table: replies in in_flight_ lending its rows
+  std::vector<bool> gone_;            // by worker index: removed (remove_worker)
   ServerStats stats_;  // the serving thread's own
   void publish_stats();
   mutable std::mutex stats_mu_;

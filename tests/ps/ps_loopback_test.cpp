@@ -30,14 +30,21 @@ using worker::KvClientOptions;
 // S servers, W workers, endpoints meshed, servers serving on threads.
 class Job {
  public:
-  // The last `raw_workers` workers get no KvClient: tests speak bytes on their endpoints.
+  // The last `raw_workers` workers get no KvClient: tests speak bytes on
+  // their endpoints (which, with raw_progress false, make no progress
+  // unless the test drives them: a peer that stopped reading).
   Job(const std::string& provider, uint32_t servers, uint32_t workers, std::vector<TableSchema> tables,
-      ConsistencyModel model = {}, uint32_t raw_workers = 0, KvClientOptions client_options = {}) {
+      ConsistencyModel model = {}, uint32_t raw_workers = 0, KvClientOptions client_options = {},
+      bool raw_progress = true) {
     rdma::EndpointOptions o;
     o.provider = provider;
     o.timeout = std::chrono::seconds(20);
     const uint32_t n = servers + workers;
-    for (uint32_t i = 0; i < n; ++i) eps_.push_back(std::make_unique<rdma::Endpoint>(o));
+    for (uint32_t i = 0; i < n; ++i) {
+      rdma::EndpointOptions oi = o;
+      if (i >= n - raw_workers) oi.progress_thread = raw_progress;
+      eps_.push_back(std::make_unique<rdma::Endpoint>(oi));
+    }
     map_.tables = std::move(tables);
     for (uint32_t i = 0; i < n; ++i) {
       NodeInfo node;
@@ -1100,6 +1107,43 @@ TEST(PsTimeout, ALentReplyTheTransportCannotDeliverLetsPushesThrough) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_EQ(rows, std::vector<float>(kRows * kWidth, 2.0f));
   EXPECT_EQ(job.server(0).stats().reply_failures, 1u);
+}
+
+// A lent reply to a worker that stopped reading (its endpoint makes no
+// progress, so the send never ends before the 20 s timeout) holds a push to
+// the table only until that worker is declared dead.
+TEST(PsTimeout, ALentReplyToAWorkerDeclaredDeadNoLongerHoldsPushes) {
+  constexpr uint64_t kRows = 64;
+  constexpr uint32_t kWidth = 1024;  // 256 KiB: sent from the table in place
+  Job job("shm", 1, 2, {sgd_table(0, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("asp"),
+          /*raw_workers=*/1, {}, /*raw_progress=*/false);
+  job.start();
+  // Worker 1 (rank 2, raw) asks for the whole table, and never reads the reply.
+  const uint64_t range[2] = {0, kRows};
+  const auto pull = encode_message(WireHeader{.op = Op::kDensePull, .table = 0, .sender = 2, .request_id = 1}, range,
+                                   std::span<const std::byte>());
+  rdma::Completion sent = job.endpoint(2).send(0, 0, pull.data(), pull.size());
+  ASSERT_TRUE(job.endpoint(2).wait(sent).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (job.server(0).stats().pulls == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(job.server(0).stats().pulls, 1u) << "the server never answered the raw worker's pull";
+  // Worker 0's push to the table waits for that reply...
+  const std::vector<float> minus_one(kRows * kWidth, -1.0f);  // SGD lr 1: value += 1
+  auto push = job.worker(0).dense_push(0, 0, kRows, minus_one);
+  EXPECT_EQ(push.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "the push did not wait for the reply lending the rows it writes";
+  // ...until worker 1 is declared dead, not until the 20 s timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  job.server(0).remove_worker_later(1);
+  ASSERT_EQ(push.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_TRUE(push.get().ok());
+  std::vector<float> rows(kRows * kWidth);
+  ASSERT_TRUE(job.worker(0).dense_pull(0, 0, kRows, rows.data()).get().ok());
+  EXPECT_EQ(rows, std::vector<float>(kRows * kWidth, 1.0f));
+  // Worker 1 reads at last (its reply ends, and the server stops without
+  // waiting out the timeout for it).
+  EXPECT_TRUE(job.endpoint(2).receive(std::chrono::seconds(10)).has_value());
 }
 
 TEST(PsTimeout, AReplyTheTransportCannotDeliverIsCountedWithItsReason) {

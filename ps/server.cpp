@@ -2,19 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <thread>
 
 namespace parafab::ps {
 namespace {
-
-std::string job_hex(uint64_t id) {
-  char text[20];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
-  return text;
-}
 
 bool is_request(Op op) {
   return op == Op::kPull || op == Op::kPush || op == Op::kClock || op == Op::kDensePull || op == Op::kDensePush ||
@@ -521,8 +514,6 @@ void Server::answer_parked() {
 }
 
 void Server::remove_worker(uint32_t worker_index) {
-  if (gone_.size() <= worker_index) gone_.resize(worker_index + 1, false);
-  gone_[worker_index] = true;
   clocks_.remove(worker_index);
   // Its pushes of the rounds it did not end stay in them.
   apply_rounds_before(clocks_.min_clock());
@@ -577,7 +568,6 @@ void Server::reply(uint32_t to, rdma::ByteBuffer bytes, std::span<const float> l
     const rdma::ConstBuffer pieces[2] = {{bytes.data(), bytes.size()}, {lent.data(), lent.size_bytes()}};
     r.sent = endpoint_.send(to, 0, pieces);
     r.lent_table = lent_table;
-    ++lent_[lent_table];
   }
   r.bytes = std::move(bytes);
   in_flight_.push_back(std::move(r));
@@ -607,32 +597,26 @@ void Server::reply_error(uint32_t to, uint64_t request_id, const std::string& wh
   reply(to, encode_message_as<rdma::ByteBuffer>(r, {}, std::as_bytes(std::span(what.data(), what.size()))));
 }
 
-void Server::reap_replies(bool all) { reap_front(all ? in_flight_.size() : 0); }
-
-void Server::reap_front(size_t must) {
+void Server::reap_replies(bool all) {
   while (!in_flight_.empty()) {
     InFlightReply& r = in_flight_.front();
-    if (must == 0 && !r.sent.is_ready()) break;
-    if (must > 0) --must;
+    if (!all && !r.sent.is_ready()) break;
     if (const rdma::Status st = endpoint_.wait(r.sent); !st.ok()) {
       ++stats_.reply_failures;
       stats_.last_reply_failure = st.to_string();
     }
-    if (r.lent_table) --lent_[*r.lent_table];
     in_flight_.pop_front();
   }
 }
 
 bool Server::worker_gone(uint32_t rank) {
   const uint32_t w = rank - map_.num_servers();
-  if (w < gone_.size() && gone_[w]) return true;
+  if (!clocks_.live(w)) return true;
   std::lock_guard lock(dead_mu_);
   return std::find(dead_pending_.begin(), dead_pending_.end(), w) != dead_pending_.end();
 }
 
 void Server::settle_lent(uint32_t table) {
-  const auto it = lent_.find(table);
-  if (it == lent_.end() || it->second == 0) return;
   // Until every reply lending the table has been sent, or has a peer that
   // was declared dead meanwhile (checked between short waits: such a send
   // may end only at the endpoint's timeout). A reply that fails ends too.
@@ -644,19 +628,17 @@ void Server::settle_lent(uint32_t table) {
       if (r.lent_table != table || r.sent.is_ready()) continue;
       if (worker_gone(r.to)) {
         r.lent_table.reset();  // stays in in_flight_ until its send ends, lending nothing
-        --it->second;
         continue;
       }
       if (waiting == nullptr) waiting = &r;
     }
-    if (waiting == nullptr) break;
+    if (waiting == nullptr) return;
     if (thread_progress) {
       (void)waiting->sent.wait_for(std::chrono::milliseconds(2));
     } else {
       endpoint_.progress();  // this thread drives the endpoint (busy polling, or no progress thread)
     }
   }
-  reap_replies(false);
 }
 
 void Server::apply_dense(uint32_t table, uint64_t first_row, uint64_t rows, const float* grads) {

@@ -184,16 +184,13 @@ class Server {
   void reply_header(uint32_t to, const WireHeader& request, Op op, uint8_t flags = kFlagNone);
   void reply_error(uint32_t to, uint64_t request_id, const std::string& what);
   void reap_replies(bool all);
-  // Takes replies off in_flight_ from the front: the first `must` after
-  // waiting for them, then those already sent.
-  void reap_front(size_t must);
   // Waits until no reply in flight still reads dense table `table`'s rows
   // in place: before anything writes them. A reply to a worker declared
   // dead is not waited for (its send may never end before the endpoint's
   // timeout; whatever it still reads goes to a peer that is gone).
   void settle_lent(uint32_t table);
-  // Whether worker peer `rank` was declared dead (removed, or waiting in
-  // dead_pending_ to be).
+  // Whether worker peer `rank` was declared dead (removed from clocks_, or
+  // waiting in dead_pending_ to be).
   bool worker_gone(uint32_t rank);
   // A dense push of rows [first_row, first_row + rows), applied now (after
   // settle_lent), its refusals counted.
@@ -245,9 +242,7 @@ class Server {
     std::optional<uint32_t> lent_table;
     uint32_t to = 0;  // the peer's rank
   };
-  std::deque<InFlightReply> in_flight_;
-  std::map<uint32_t, size_t> lent_;  // by dense table: replies in in_flight_ lending its rows
-  std::vector<bool> gone_;            // by worker index: removed (remove_worker)
+  std::deque<InFlightReply> in_flight_;  // sent ones taken off the front after every message
   ServerStats stats_;  // the serving thread's own
   void publish_stats();
   mutable std::mutex stats_mu_;

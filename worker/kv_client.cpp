@@ -176,20 +176,15 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
   return fut;
 }
 
-bool KvClient::push_unanswered_locked(uint64_t id, uint32_t server) const {
-  for (const auto& [other, p] : pending_) {
-    if (other >= id || !ps::is_push(p->request_op)) continue;
-    const auto a = p->answered.find(server);
-    if (a != p->answered.end() && !a->second) return true;
-  }
-  return false;
-}
-
 bool KvClient::clock_waits_locked(uint64_t id, uint32_t server) const {
-  if (push_unanswered_locked(id, server)) return true;
   for (const auto& [other, p] : pending_) {
-    if (other >= id || p->request_op != ps::Op::kClock) continue;
-    if (p->holds(server) || (p->posting && p->messages.contains(server))) return true;
+    if (other >= id) continue;
+    if (ps::is_push(p->request_op)) {
+      const auto a = p->answered.find(server);
+      if (a != p->answered.end() && !a->second) return true;  // unanswered
+    } else if (p->request_op == ps::Op::kClock) {
+      if (p->holds(server) || (p->posting && p->messages.contains(server))) return true;
+    }
   }
   return false;
 }

@@ -192,9 +192,6 @@ class KvClient {
   // are marked `posting` by whoever listed them.
   using Sends = std::vector<std::pair<Pending*, std::vector<uint32_t>>>;
   void send_late(Sends& list, bool overdue);
-  // A push of this worker numbered before `id` that server `server` has not
-  // answered yet.
-  bool push_unanswered_locked(uint64_t id, uint32_t server) const;
   // Whether clock request `id`'s message to `server` must wait: an earlier
   // push of this worker to it is unanswered, or an earlier clock to it is
   // still held or being sent by another thread (it would overtake that one,

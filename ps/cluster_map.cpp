@@ -1,5 +1,6 @@
 #include "ps/cluster_map.h"
 
+#include <cstdio>
 #include <stdexcept>
 
 namespace parafab::ps {
@@ -11,6 +12,12 @@ const char* to_string(Role role) {
     case Role::kWorker: return "worker";
   }
   return "unknown";
+}
+
+std::string job_hex(uint64_t job_id) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(job_id));
+  return text;
 }
 
 const TableSchema& ClusterMap::table(uint32_t id) const {

@@ -59,4 +59,8 @@ struct ClusterMap {
   const TableSchema& table(uint32_t id) const;
 };
 
+// A job's id as every node prints it, 16 hex digits ("joined job
+// 5cdea82f9eb76ce6"), so that one grep finds the job in all of its logs.
+std::string job_hex(uint64_t job_id);
+
 }  // namespace parafab::ps

@@ -1,6 +1,5 @@
 #include "ps/scheduler.h"
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -22,10 +21,6 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A job's id as every node prints it ("joined job 5cdea82f9eb76ce6"), so
-// that one grep finds the job in all of its logs.
-std::string job_text(uint64_t job_id) { return fmt::format("{:016x}", job_id); }
 
 struct Conn {
   uint64_t id = 0;
@@ -260,7 +255,7 @@ struct Scheduler::Impl {
       ++counters.auth_failures;
       const std::string text = "bad token: registration of " + std::string(to_string(role)) + " on host " +
                                reg.host() + " from " + c.peer + " refused; it does not hold the job token of job " +
-                               job_text(job_id) + " (a node of another job?)";
+                               job_hex(job_id) + " (a node of another job?)";
       spdlog::warn("scheduler: {}", text);
       refuse(c, proto::ERROR_BAD_TOKEN, text);
       return;
@@ -288,7 +283,7 @@ struct Scheduler::Impl {
     if (map_sent || vacant == role_slots.end()) {
       ++counters.refused_full;
       const std::string text = "all " + std::to_string(expected(role)) + " " + to_string(role) +
-                               "s of job " + job_text(job_id) + " have joined; refusing host " + reg.host();
+                               "s of job " + job_hex(job_id) + " have joined; refusing host " + reg.host();
       spdlog::warn("scheduler: {}", text);
       refuse(c, proto::ERROR_ROLE_FULL, text);
       return;

@@ -414,12 +414,29 @@ class KvCases {
         std::fill(out_[w].begin(), out_[w].end(), -1.0f);  // a pull that moves nothing shows next time
       }
     };
+    // Of the bytes the pulls moved, the share received straight into the
+    // output array (worker::KvClient's landings) rather than copied there.
+    auto pulled = [&] {
+      std::pair<uint64_t, uint64_t> sum{0, 0};
+      for (uint32_t w = 0; w < o_.workers; ++w) {
+        const worker::KvClientStats s = job_->worker(w).stats();
+        sum.first += s.pull_bytes;
+        sum.second += s.pull_bytes_landed;
+      }
+      return sum;
+    };
     run_workers(o_.workers, warmup(1), op, drain);
     verify("first");
     run_workers(o_.workers, warmup(std::max(1, window - 1)), op, drain);
+    const auto before = pulled();
     const Timing t = run_workers(o_.workers, budget(), op, drain);
+    const auto after = pulled();
     verify("last");
     std::vector<std::pair<std::string, double>> extra;
+    if (!one_sided && after.first > before.first) {
+      extra.emplace_back("landed_share", static_cast<double>(after.second - before.second) /
+                                             static_cast<double>(after.first - before.first));
+    }
     if (one_sided) {
       uint64_t fallbacks = 0;
       for (uint32_t w = 0; w < o_.workers; ++w) fallbacks += job_->worker(w).dense_read_fallbacks();

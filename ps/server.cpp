@@ -562,11 +562,14 @@ void Server::reply(uint32_t to, rdma::ByteBuffer bytes, std::span<const float> l
   publish_stats();  // before the reply: whoever it reaches sees what led to it
   InFlightReply r;
   r.to = to;
+  // Tagged with its request's id: a worker may have a landing for it (its
+  // dense pull's rows received straight into the caller's array).
+  const uint64_t tag = bytes.size() >= kWireHeaderBytes ? request_id_of(bytes.data()) : 0;
   if (lent.empty()) {
-    r.sent = endpoint_.send(to, 0, bytes.data(), bytes.size());
+    r.sent = endpoint_.send(to, tag, bytes.data(), bytes.size());
   } else {
     const rdma::ConstBuffer pieces[2] = {{bytes.data(), bytes.size()}, {lent.data(), lent.size_bytes()}};
-    r.sent = endpoint_.send(to, 0, pieces);
+    r.sent = endpoint_.send(to, tag, pieces);
     r.lent_table = lent_table;
   }
   r.bytes = std::move(bytes);

@@ -90,6 +90,10 @@ void encode_header(const WireHeader& h, std::byte* p) {
   put<uint64_t>(p + 40, h.payload_bytes);
 }
 
+uint64_t request_id_of(const std::byte* header) { return get<uint64_t>(header + 24); }
+
+void set_request_id(std::byte* header, uint64_t request_id) { put<uint64_t>(header + 24, request_id); }
+
 size_t varint_bytes(uint64_t v) { return v < 128 ? 1 : (static_cast<size_t>(std::bit_width(v)) + 6) / 7; }
 
 std::byte* put_varint(std::byte* out, uint64_t v) {
@@ -155,7 +159,7 @@ std::vector<std::byte> encode_message(WireHeader h, std::span<const uint64_t> ke
 }
 
 std::optional<std::string> decode_message(std::span<const std::byte> bytes, const WireLimits& limits,
-                                          DecodedMessage& out) {
+                                          DecodedMessage& out, std::span<const std::byte> landed) {
   if (bytes.size() < kWireHeaderBytes) {
     return "message of " + std::to_string(bytes.size()) + " bytes is shorter than the " +
            std::to_string(kWireHeaderBytes) + "-byte header";
@@ -191,7 +195,11 @@ std::optional<std::string> decode_message(std::span<const std::byte> bytes, cons
     return "payload of " + std::to_string(h.payload_bytes) + " bytes exceeds the limit of " +
            std::to_string(limits.max_payload_bytes);
   }
-  const uint64_t body = bytes.size() - kWireHeaderBytes;
+  const uint64_t body = bytes.size() - kWireHeaderBytes + landed.size();
+  if (!landed.empty() && h.payload_bytes != landed.size()) {
+    return "header announces " + std::to_string(h.payload_bytes) + " payload bytes, but " +
+           std::to_string(landed.size()) + " bytes of the message were received apart as its payload";
+  }
   uint64_t key_bytes = 0;
   if (varint) {
     // Each varint takes at least a byte: key_count is bounded by the bytes
@@ -216,13 +224,14 @@ std::optional<std::string> decode_message(std::span<const std::byte> bytes, cons
     return "payload of " + std::to_string(h.payload_bytes) + " bytes is not a whole number of floats";
   }
   if (reinterpret_cast<uintptr_t>(p) % alignof(uint64_t) != 0) return "message buffer is not 8-byte aligned";
+  if (reinterpret_cast<uintptr_t>(landed.data()) % alignof(float) != 0) return "landed payload is not 4-byte aligned";
   if (varint) {
     if (auto err = decode_delta_varints(p + kWireHeaderBytes, key_bytes, h.key_count, out.key_storage)) return err;
     out.keys = out.key_storage;
   } else {
     out.keys = {reinterpret_cast<const uint64_t*>(p + kWireHeaderBytes), static_cast<size_t>(h.key_count)};
   }
-  const std::byte* payload = p + kWireHeaderBytes + key_bytes;
+  const std::byte* payload = landed.empty() ? p + kWireHeaderBytes + key_bytes : landed.data();
   out.values = {};
   out.error_text.clear();
   if (h.op == Op::kError) {

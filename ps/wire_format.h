@@ -148,6 +148,12 @@ std::vector<std::byte> encode_message(WireHeader header, std::span<const uint64_
                                       std::span<const float> values);
 // Writes the header alone into out[0, kWireHeaderBytes) (scatter-gather sends).
 void encode_header(const WireHeader& header, std::byte* out);
+// The request id of an encoded header, read or rewritten in place (a
+// request is numbered once it is built; a reply is sent with its request's
+// id as the transport's tag, so that a worker can receive it straight into
+// the caller's array: rdma::Endpoint::expect).
+uint64_t request_id_of(const std::byte* header);
+void set_request_id(std::byte* header, uint64_t request_id);
 
 // Validates `bytes` and fills `out` (spans into `bytes`, which must be
 // 8-byte aligned: rdma::Message buffers are). Returns nullopt when the
@@ -157,7 +163,11 @@ void encode_header(const WireHeader& header, std::byte* out);
 // section, no overlong coding), every difference (>= 1, no wrap past 2^64) and the padding
 // (zero, under 8 bytes). The caller checks sender, table and widths against
 // its cluster map.
+//
+// A message whose payload was received apart from the rest (a landing,
+// rdma::Message::landed) is decoded from both: `bytes` then holds the header
+// and keys, `landed` exactly the payload, and out.values points into it.
 std::optional<std::string> decode_message(std::span<const std::byte> bytes, const WireLimits& limits,
-                                          DecodedMessage& out);
+                                          DecodedMessage& out, std::span<const std::byte> landed = {});
 
 }  // namespace parafab::ps

@@ -417,6 +417,48 @@ Status Endpoint::wait(Completion& operation) {
 
 void Endpoint::progress() { impl_->progress_step(false); }
 
+LandingId Endpoint::expect(const Landing& landing) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mu_);
+  const LandingId id = m.next_landing++;
+  if (!m.waiting_landings.emplace(std::pair{landing.from, landing.tag}, id).second) return 0;
+  m.landings.emplace(id, Impl::LandingSpot{landing, nullptr});
+  return id;
+}
+
+bool Endpoint::withdraw(LandingId id) {
+  Impl& m = *impl_;
+  std::vector<PostContext*> to_cancel;
+  {
+    std::lock_guard lock(m.mu_);
+    const auto it = m.landings.find(id);
+    if (it == m.landings.end()) return true;  // 0, or its message has ended
+    if (it->second.bound == nullptr) {
+      m.waiting_landings.erase({it->second.spec.from, it->second.spec.tag});
+      m.landings.erase(it);
+      return true;
+    }
+    // Its message is being received into the tail: cancel the receives; the
+    // operation ends (finish_locked) once each has completed, cancelled or not.
+    (void)m.end_early_locked(*it->second.bound, StatusCode::kTimedOut, ": its landing was withdrawn", to_cancel);
+  }
+  for (PostContext* pc : to_cancel) (void)fi_cancel(&m.ep.get()->fid, &pc->fi_ctx);
+  const auto deadline = Clock::now() + m.options.timeout;
+  const bool thread_progress = m.options.progress_thread && !m.options.busy_poll;
+  for (;;) {
+    {
+      std::unique_lock lock(m.mu_);
+      if (!m.landings.contains(id)) return true;
+      if (Clock::now() >= deadline) return false;
+      if (thread_progress) {
+        m.landing_cv.wait_for(lock, std::chrono::milliseconds(1));
+        continue;
+      }
+    }
+    m.caller_poll();
+  }
+}
+
 Completion Endpoint::read(PeerId from, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
                           const MemoryRegion* local_region) {
   return impl_->rma(true, from, local, size, remote, offset, local_region);

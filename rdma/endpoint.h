@@ -62,7 +62,20 @@ struct Message {
   PeerId from = 0;
   uint64_t tag = 0;
   ByteBuffer data;
+  // The rest of the message, received straight into a landing's memory
+  // (Endpoint::expect): empty for a message received whole into `data`.
+  std::span<std::byte> landed;
 };
+
+// Where the tail of an expected message is received (Endpoint::expect).
+struct Landing {
+  PeerId from = 0;
+  uint64_t tag = 0;
+  size_t head_bytes = 0;  // the message's first bytes, which go to Message::data
+  void* tail = nullptr;   // the rest, straight into here
+  size_t tail_bytes = 0;
+};
+using LandingId = uint64_t;  // 0: none
 
 class Endpoint {
  public:
@@ -114,6 +127,25 @@ class Endpoint {
   // Without a progress thread, or with busy_poll, it drives progress itself,
   // at least one poll even with a zero timeout.
   std::optional<Message> receive(std::chrono::milliseconds timeout);
+  // Receiving straight into the caller's memory, without the copy out of a
+  // fresh buffer: the next large message (past the eager limit) from
+  // `landing.from` with `landing.tag` whose size is exactly head_bytes +
+  // tail_bytes is received with its head in Message::data and its tail in
+  // landing.tail (Message::landed). Any other message is received as usual,
+  // and so is every message when the provider cannot split a receive where
+  // the head ends. Each landing serves one message. Returns 0 (no landing)
+  // when one for the same peer and tag is already waiting. The tail memory
+  // must stay valid until withdraw(id) returns; whoever reads it checks the
+  // head first (any message of that size and tag from that peer fills it).
+  LandingId expect(const Landing& landing);
+  // Ends a landing, used or not; 0 is ignored. When it returns true, the
+  // endpoint writes the tail no more: a message landing at that moment is
+  // cancelled (counted in inbound_failed, as a failed message) and its
+  // receives waited for, at most the timeout. False only if they had still
+  // not ended then; as after an RMA's timeout, the provider may then write
+  // the tail until the endpoint is destroyed.
+  bool withdraw(LandingId id);
+
   // The operation's Status, driving progress while waiting where nothing
   // else does (progress_thread off, or busy_poll). With the default progress
   // thread it is `operation.get()`.

@@ -143,6 +143,11 @@ struct Operation {
   Message message;
   uint64_t sequence = 0;
   size_t bytes = 0;
+  // kInbound into a landing (Endpoint::expect): the message's first
+  // head_bytes go to message.data, the rest to tail.
+  LandingId landing = 0;
+  size_t head_bytes = 0;
+  std::byte* tail = nullptr;
 
   // Links of OpTable (mu_).
   Operation* prev_op = nullptr;
@@ -214,7 +219,8 @@ struct Endpoint::Impl {
   InfoPtr info;
   size_t max_chunk = 0;
   size_t eager_limit = 0;  // frame bytes (header included) sent in one message
-  size_t iov_limit = 1;
+  size_t iov_limit = 1;     // iovec entries per send
+  size_t rx_iov_limit = 1;  // and per receive
   bool has_rma = false;
   bool has_hmem = false;
   bool has_wait = false;
@@ -263,6 +269,18 @@ struct Endpoint::Impl {
   size_t large_limit = 0;
   EndpointStats stats;
 
+  // Landings (Endpoint::expect) by id (mu_): waiting for their message,
+  // or bound to the inbound operation receiving it until that ends
+  // (finish_locked erases it and notifies landing_cv).
+  struct LandingSpot {
+    Landing spec;
+    Operation* bound = nullptr;
+  };
+  std::unordered_map<LandingId, LandingSpot> landings;
+  std::map<std::pair<PeerId, uint64_t>, LandingId> waiting_landings;  // by (peer, tag)
+  LandingId next_landing = 1;
+  std::condition_variable landing_cv;
+
   std::mutex inbox_mu_;
   std::condition_variable inbox_cv_;
   std::deque<Message> inbox;
@@ -295,6 +313,8 @@ struct Endpoint::Impl {
   // Moves `ready` to the inbox (mu_ held; takes inbox_mu_). True when it
   // moved any: the caller notifies inbox_cv_ once the locks are let go.
   bool push_inbox_locked(std::span<Message> ready);
+  // A message handed out: messages_received, bytes_received, messages_landed.
+  void count_received_locked(const Message& m);
   // Moves the messages now in order out of `po` into `ready` (mu_ held).
   void drain_locked(PeerOrder& po, std::vector<Message>& ready);
   void sweep_deadlines();
@@ -353,6 +373,9 @@ struct Endpoint::Impl {
   Completion rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
                  const MemoryRegion* local_region);
   void post_inbound_chunks(Operation* op, const FrameHeader& h);
+  // Binds `op` (a large message announced by `h`) to the landing waiting
+  // for it, if there is one it fits (mu_ held).
+  void bind_landing_locked(Operation& op, const FrameHeader& h);
 };
 
 }  // namespace parafab::rdma

@@ -31,6 +31,12 @@ Completion Endpoint::Impl::finish_posting(Operation* op, const Status& post_stat
 // message, hands it to deliver(). Erases it from the table.
 void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbound_done) {
   if (op->kind == OpKind::kInbound) {
+    if (op->landing != 0) {
+      // Every receive into the tail has ended: withdraw() may return.
+      landings.erase(op->landing);
+      op->message.landed = {op->tail, op->bytes - op->head_bytes};
+      landing_cv.notify_all();
+    }
     inbound_done.push_back(ops.release(op).release());  // deliver() takes ownership, failed or not
     return;
   }
@@ -83,8 +89,7 @@ void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optio
       // vector for one message.
       ++po.next_deliver;
       if (!message) return;
-      ++stats.messages_received;
-      stats.bytes_received += message->data.size();
+      count_received_locked(*message);
       pushed = push_inbox_locked(std::span(&*message, 1));
     } else {
       const bool had_gap = !po.held.empty();
@@ -100,13 +105,18 @@ void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optio
 void Endpoint::Impl::drain_locked(PeerOrder& po, std::vector<Message>& ready) {
   while (!po.held.empty() && po.held.begin()->first == po.next_deliver) {
     if (po.held.begin()->second) {
-      ++stats.messages_received;
-      stats.bytes_received += po.held.begin()->second->data.size();
+      count_received_locked(*po.held.begin()->second);
       ready.push_back(std::move(*po.held.begin()->second));
     }
     po.held.erase(po.held.begin());
     ++po.next_deliver;
   }
+}
+
+void Endpoint::Impl::count_received_locked(const Message& m) {
+  ++stats.messages_received;
+  stats.bytes_received += m.data.size() + m.landed.size();
+  if (!m.landed.empty()) ++stats.messages_landed;
 }
 
 bool Endpoint::Impl::push_inbox_locked(std::span<Message> ready) {
@@ -155,12 +165,18 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     m.data = byte_buffer_of({frame + kFrameHeaderBytes, len - kFrameHeaderBytes});
     deliver_in_order(peer, header->message_id, std::move(m));
   } else {
-    Operation* op = new_op(OpKind::kInbound, peer, src, "receive", header->total_bytes, "message",
-                           header->message_id);
+    std::unique_ptr<Operation> owned =
+        make_op(OpKind::kInbound, peer, src, "receive", header->total_bytes, "message", header->message_id);
+    Operation* op = owned.get();
     op->message.from = peer;
     op->message.tag = header->user_tag;
-    op->message.data.resize(header->total_bytes);
     op->sequence = header->message_id;
+    {
+      std::lock_guard lock(mu_);
+      bind_landing_locked(*op, *header);
+      ops.insert(std::move(owned));
+    }
+    op->message.data.resize(op->landing != 0 ? op->head_bytes : header->total_bytes);
     // Repost first: the chunk posts may need progress, which needs buffers.
     repost(slot);
     post_inbound_chunks(op, *header);
@@ -169,20 +185,60 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
   repost(slot);
 }
 
+void Endpoint::Impl::bind_landing_locked(Operation& op, const FrameHeader& h) {
+  if (waiting_landings.empty()) return;
+  const auto w = waiting_landings.find({op.peer, h.user_tag});
+  if (w == waiting_landings.end()) return;
+  LandingSpot& spot = landings.at(w->second);
+  const Landing& l = spot.spec;
+  if (l.tail_bytes == 0 || l.head_bytes + l.tail_bytes != h.total_bytes) return;  // another message
+  // A chunk that holds both the head's end and the tail's start is one
+  // receive into two places: an iovec of two.
+  if (l.head_bytes % h.chunk_bytes != 0 && rx_iov_limit < 2) return;
+  op.landing = w->second;
+  waiting_landings.erase(w);
+  spot.bound = &op;
+  op.head_bytes = l.head_bytes;
+  op.tail = static_cast<std::byte*>(l.tail);
+}
+
 void Endpoint::Impl::post_inbound_chunks(Operation* op, const FrameHeader& h) {
   const uint64_t n = chunk_count(h.total_bytes, h.chunk_bytes);
+  // Message bytes [0, head) go to message.data, the rest to the landing's tail.
+  const uint64_t head = op->landing != 0 ? op->head_bytes : h.total_bytes;
   Status st;
-  void* desc = nullptr;
+  void* head_desc = nullptr;
+  void* tail_desc = nullptr;
   try {
-    desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
+    head_desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
+    if (op->landing != 0) tail_desc = local_desc(*op, op->tail, h.total_bytes - head, FI_RECV);
   } catch (const FabricError& e) {
     st = Status(StatusCode::kPeerError, e.what());
   }
   for (uint64_t k = 0; k < n && st.ok(); ++k) {
-    std::byte* p = op->message.data.data() + k * h.chunk_bytes;
-    const size_t len = static_cast<size_t>(std::min<uint64_t>(h.chunk_bytes, h.total_bytes - k * h.chunk_bytes));
+    {
+      std::lock_guard lock(mu_);
+      if (op->cancelled) break;  // withdrawn, timed out or its peer gone: post no more
+    }
+    const uint64_t lo = k * h.chunk_bytes;
+    const uint64_t hi = lo + std::min<uint64_t>(h.chunk_bytes, h.total_bytes - lo);
+    std::array<iovec, 2> iov;
+    std::array<void*, 2> desc{};
+    size_t parts = 0;
+    if (lo < head) {
+      iov[parts] = {op->message.data.data() + lo, static_cast<size_t>(std::min(hi, head) - lo)};
+      desc[parts++] = head_desc;
+    }
+    if (hi > head) {
+      const uint64_t from = std::max(lo, head);
+      iov[parts] = {op->tail + (from - head), static_cast<size_t>(hi - from)};
+      desc[parts++] = tail_desc;
+    }
     const uint64_t tag = chunk_tag(h.message_id, k);
-    st = post(op, [&](void* ctx) { return fi_trecv(ep.get(), p, len, desc, op->peer_addr, tag, 0, ctx); });
+    st = post(op, [&](void* ctx) {
+      return parts == 1 ? fi_trecv(ep.get(), iov[0].iov_base, iov[0].iov_len, desc[0], op->peer_addr, tag, 0, ctx)
+                        : fi_trecvv(ep.get(), iov.data(), desc.data(), parts, op->peer_addr, tag, 0, ctx);
+    });
   }
   (void)finish_posting(op, st);
 }

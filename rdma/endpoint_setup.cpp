@@ -94,6 +94,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
                                                       : 17 * 1024;
   eager_limit = std::max(kFrameHeaderBytes, std::min(eager_bytes, max_chunk));
   iov_limit = std::max<size_t>(1, fi->tx_attr->iov_limit);
+  rx_iov_limit = std::max<size_t>(1, fi->rx_attr->iov_limit);
 
   check(fi_fabric(fi->fabric_attr, fabric.out(), nullptr), "fi_fabric", context());
   check(fi_domain(fabric.get(), fi, domain.out(), nullptr), "fi_domain", context());

@@ -11,7 +11,8 @@ struct EndpointStats {
   uint64_t messages_sent = 0;
   uint64_t bytes_sent = 0;
   uint64_t messages_received = 0;
-  uint64_t bytes_received = 0;
+  uint64_t bytes_received = 0;          // landed bytes included
+  uint64_t messages_landed = 0;         // received straight into a landing's memory (Endpoint::expect)
   uint64_t rma_bytes = 0;
   uint64_t dropped_unknown_sender = 0;  // from an address not added with add_peer
   uint64_t dropped_malformed = 0;       // bad frame header, truncated, over the inbound limit

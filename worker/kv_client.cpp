@@ -18,6 +18,12 @@ using Clock = std::chrono::steady_clock;
 // small read; a region that puts the clock further out is refused.
 constexpr uint64_t kMaxClockOffset = 56;
 
+// A dense pull's part of at least this many bytes is received straight into
+// the caller's array (rdma::Endpoint::expect) rather than copied there from
+// the reply: from here on the server sends it from its table in place too,
+// as one large message.
+constexpr uint64_t kLandBytes = 64 * 1024;
+
 std::future<rdma::Status> ready(rdma::Status s) {
   std::promise<rdma::Status> p;
   p.set_value(std::move(s));
@@ -63,6 +69,15 @@ struct KvClient::Pending {
   // Pulls: server rank -> output row of each key it was asked for, in order.
   std::unordered_map<uint32_t, std::vector<uint32_t>> rows;
   std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (row, copy of row)
+  // Dense pulls: the parts large enough to be received straight into the
+  // caller's array (kLandBytes), each a landing from start() to finish().
+  struct LandingPart {
+    uint32_t server = 0;
+    float* rows = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<LandingPart> land;
+  std::vector<rdma::LandingId> landings;
   float* out = nullptr;
   int64_t* data_clock = nullptr;  // pulls: min over the servers' reply clocks
   uint64_t pull_bytes = 0;
@@ -90,6 +105,7 @@ KvClient::~KvClient() {
   if (receiver_.joinable()) receiver_.join();
   std::lock_guard lock(mu_);
   for (auto& [id, p] : pending_) {
+    withdraw_landings(*p);
     p->promise.set_value(rdma::Status(rdma::StatusCode::kClosed, "KV client closed before the reply"));
     for (auto& s : p->sends) {
       if (s.done.valid()) (void)endpoint_.wait(s.done);
@@ -136,8 +152,14 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
   Pending* raw = p.get();
   for (auto& [server, bytes] : raw->messages) {
     // The request id is known only now: patch it into each header.
-    for (int i = 0; i < 8; ++i) bytes[24 + i] = static_cast<std::byte>(raw->id >> (8 * i));
+    ps::set_request_id(bytes.data(), raw->id);
     raw->answered[server] = false;
+  }
+  // Before the requests go out: their replies may come at once. A reply is
+  // tagged with its request's id (ps::Server::reply).
+  for (const Pending::LandingPart& l : raw->land) {
+    raw->landings.push_back(endpoint_.expect({.from = l.server, .tag = raw->id, .head_bytes = ps::kWireHeaderBytes,
+                                              .tail = l.rows, .tail_bytes = l.bytes}));
   }
   {
     std::lock_guard lock(mu_);
@@ -211,7 +233,21 @@ void KvClient::release_held_locked(Sends& out) {
   for (auto& [id, p] : pending_) release_held_locked(*p, out);  // in no order: send_late sorts
 }
 
+void KvClient::withdraw_landings(Pending& p) {
+  for (const rdma::LandingId id : p.landings) {
+    if (!endpoint_.withdraw(id) && p.error.ok()) {
+      p.error = rdma::Status(rdma::StatusCode::kTimedOut,
+                             "dense pull request " + std::to_string(p.id) +
+                                 ": a reply still being received into the caller's array did not end within the "
+                                 "timeout; the transport may still write it");
+    }
+  }
+  p.landings.clear();
+}
+
 void KvClient::finish(std::unique_ptr<Pending> done) {
+  // Before the caller gets its array back: nothing may land in it after.
+  withdraw_landings(*done);
   if (done->reply_keys_out) *done->reply_keys_out = std::move(done->reply_keys);
   if (done->error.ok() && done->out != nullptr) {
     for (auto [row, copy] : done->duplicates) {
@@ -501,6 +537,8 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
     // Output rows of this server's part: consecutive, starting at b - first_row.
     auto& out_rows = p->rows[map_.server_rank(s)];
     for (uint64_t row = b; row < e; ++row) out_rows.push_back(static_cast<uint32_t>(row - first_row));
+    const uint64_t bytes = (e - b) * schema.width * sizeof(float);
+    if (bytes >= kLandBytes) p->land.push_back({map_.server_rank(s), out + (b - first_row) * schema.width, bytes});
     ps::WireHeader h{.op = ps::Op::kDensePull, .table = table, .sender = rank(), .clock = clock_.load()};
     p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, range);
   }
@@ -739,7 +777,10 @@ void KvClient::receive_loop() {
 
 void KvClient::on_reply(const rdma::Message& m) {
   ps::DecodedMessage d;
-  if (auto err = ps::decode_message(m.data, ps::WireLimits{}, d)) {
+  // A landed reply must be the one its landing was for: the tag the
+  // landing matched is the request id the header names.
+  if (ps::decode_message(m.data, ps::WireLimits{}, d, m.landed) ||
+      (!m.landed.empty() && d.header.request_id != m.tag)) {
     std::lock_guard lock(mu_);
     ++stats_.unexpected_replies;
     return;
@@ -782,6 +823,11 @@ void KvClient::on_reply(const rdma::Message& m) {
                                  who + " sent " + std::to_string(d.values.size()) + " values for " +
                                      std::to_string(rows.size()) + " keys of width " + std::to_string(p.width));
         }
+      } else if (!rows.empty() && d.values.data() == p.out + uint64_t{rows[0]} * p.width) {
+        // Landed in place: a dense pull's rows are consecutive.
+        if (p.data_clock != nullptr) *p.data_clock = std::min(*p.data_clock, d.header.clock);
+        stats_.pull_bytes += d.values.size_bytes();
+        stats_.pull_bytes_landed += d.values.size_bytes();
       } else {
         if (p.width == 1) {  // one float a key: a move, not a memcpy call
           for (size_t j = 0; j < rows.size(); ++j) std::memcpy(p.out + rows[j], d.values.data() + j, sizeof(float));
@@ -881,6 +927,7 @@ void KvClient::sweep() {
     for (auto& s : p->sends) {
       if (s.done.valid()) (void)endpoint_.wait(s.done);  // keep buffers until the transport lets go
     }
+    withdraw_landings(*p);  // before the caller gets its array back
     if (p->unanswered) {
       // A loss the transport saw names itself (outside mu_: stats() locks the endpoint).
       const std::string losses = rdma::describe_losses(endpoint_.stats());

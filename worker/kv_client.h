@@ -66,6 +66,7 @@ struct KvClientOptions {
 
 struct KvClientStats {
   uint64_t push_bytes = 0, pull_bytes = 0;  // payload sent and received
+  uint64_t pull_bytes_landed = 0;           // of pull_bytes, received straight into the caller's array
   uint64_t requests = 0, errors = 0, unexpected_replies = 0;
   uint64_t rejoins = 0, resent = 0;  // servers back under their rank; requests sent to them again
   uint64_t overdue_resent = 0;       // requests sent again for want of a reply (resend_after)
@@ -183,6 +184,9 @@ class KvClient {
   bool rejoin_enabled() const { return map_.server_rejoin_timeout.count() > 0; }
   uint64_t epoch_of(uint32_t server) const;
   void finish(std::unique_ptr<Pending> done);
+  // Ends `p`'s landings (dense pulls): after it, nothing is received into
+  // the caller's array.
+  void withdraw_landings(Pending& p);
   void receive_loop();
   void on_reply(const rdma::Message& m);
   void sweep();

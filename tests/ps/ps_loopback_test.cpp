@@ -317,6 +317,34 @@ TEST_P(PsLoopback, DenseRangesSpanningBothServers) {
   EXPECT_EQ(bad.code(), rdma::StatusCode::kInvalidArgument);
 }
 
+// A dense pull's parts of 64 KiB or more are received straight into the
+// caller's array (KvClient's landings), each server's at its own rows, and
+// nothing outside the rows pulled is written; smaller parts are copied.
+TEST_P(PsLoopback, LargeDensePullsLandInTheCallersArray) {
+  constexpr uint64_t kRows = 256;     // 128 rows a server: 128 KiB each
+  constexpr uint32_t kWidth = 256;    // 1 KiB a row
+  constexpr uint64_t kGuard = 1000;   // floats on each side that nothing may write
+  Job job(GetParam(), 2, 1, {sgd_table(1, kWidth, TableKind::kDense, kRows)});
+  job.start();
+  std::vector<float> g(kRows * kWidth);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 1021);
+  ASSERT_TRUE(job.worker(0).dense_push(1, 0, kRows, g).get().ok());
+  std::vector<float> out(kGuard + kRows * kWidth + kGuard, 7.0f);
+  ASSERT_TRUE(job.worker(0).dense_pull(1, 0, kRows, out.data() + kGuard).get().ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool pulled = i >= kGuard && i < kGuard + kRows * kWidth;
+    ASSERT_EQ(out[i], pulled ? -g[i - kGuard] : 7.0f) << "float " << i;  // SGD with rate 1
+  }
+  const uint64_t bytes = kRows * kWidth * sizeof(float);
+  EXPECT_EQ(job.worker(0).stats().pull_bytes_landed, bytes);
+  // 40 rows (10 KiB from server 0, 30 KiB from server 1): copied.
+  std::vector<float> few(40 * kWidth);
+  ASSERT_TRUE(job.worker(0).dense_pull(1, 118, 40, few.data()).get().ok());
+  for (size_t i = 0; i < few.size(); ++i) ASSERT_EQ(few[i], -g[118 * kWidth + i]) << "float " << i;
+  EXPECT_EQ(job.worker(0).stats().pull_bytes_landed, bytes);
+  EXPECT_EQ(job.worker(0).stats().pull_bytes, bytes + few.size() * sizeof(float));
+}
+
 // Worker `client` adds 1 to every value of dense table `table` (rows x
 // width), push after push, on a thread of its own until stop() or the
 // destructor, however the test ends (a failed ASSERT returns early, and a
@@ -869,6 +897,40 @@ TEST(PsTimeout, AnUnansweredRequestNamesTheServerAndTheTransportsLosses) {
             std::string::npos)
       << s.message();
   EXPECT_EQ(s.message().find("had not completed"), std::string::npos) << s.message();
+}
+
+// A large dense pull's reply that comes after the pull failed by its
+// timeout (here the server's answer is made by hand from the request taken
+// off its endpoint) does not land in the caller's array: the pull's landing
+// ended with it. The reply is counted as unexpected.
+TEST(PsTimeout, AReplyAfterItsPullTimedOutDoesNotLandInTheArray) {
+  constexpr uint64_t kRows = 64;
+  constexpr uint32_t kWidth = 1024;  // 4 KiB a row, 256 KiB in all
+  KvClientOptions co;
+  co.timeout = std::chrono::milliseconds(300);
+  Job job("tcp;ofi_rxm", 1, 1, {sgd_table(0, kWidth, TableKind::kDense, kRows)}, {}, 0, co);
+  std::vector<float> out(kRows * kWidth, 7.0f);
+  auto pull = job.worker(0).dense_pull(0, 0, kRows, out.data());
+  const auto request = job.endpoint(0).receive(std::chrono::seconds(10));
+  ASSERT_TRUE(request) << "the pull never reached the server's endpoint";
+  EXPECT_EQ(pull.get().code(), rdma::StatusCode::kTimedOut);
+  // The server's reply, late: its header, then the rows (all 5).
+  DecodedMessage d;
+  ASSERT_FALSE(decode_message(request->data, WireLimits{}, d));
+  WireHeader h{.op = Op::kDensePullReply, .table = 0, .sender = 0, .clock = 0, .request_id = d.header.request_id,
+               .payload_bytes = kRows * kWidth * sizeof(float)};
+  std::vector<std::byte> reply(kWireHeaderBytes);
+  encode_header(h, reply.data());
+  const std::vector<float> rows(kRows * kWidth, 5.0f);
+  const rdma::ConstBuffer pieces[2] = {{reply.data(), reply.size()}, {rows.data(), rows.size() * sizeof(float)}};
+  ASSERT_TRUE(job.endpoint(0).send(request->from, d.header.request_id, pieces).get().ok());
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (job.worker(0).stats().unexpected_replies == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(job.worker(0).stats().unexpected_replies, 1u);
+  EXPECT_EQ(job.endpoint(1).stats().messages_landed, 0u);
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 7.0f; }));
 }
 
 // The client of the lost-message tests: resending after 200 ms within a

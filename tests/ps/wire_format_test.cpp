@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -39,6 +40,34 @@ TEST(WireFormat, PushRoundTripsEveryField) {
   EXPECT_EQ(std::vector<uint64_t>(d.keys.begin(), d.keys.end()), keys);
   ASSERT_EQ(d.values.size(), values.size());
   for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(d.values[i]), std::bit_cast<uint32_t>(values[i]));
+}
+
+// A payload received apart from the rest (a landing): decoded from both
+// parts, values pointing into the landed bytes; the parts must add up.
+TEST(WireFormat, APayloadReceivedApartIsDecodedInPlace) {
+  WireHeader h{.op = Op::kDensePullReply, .table = 2, .sender = 1, .clock = 4, .request_id = 99};
+  const std::vector<float> values = {1.0f, -2.0f, 3.5f, 4.0f, 5.0f};
+  const auto whole = as_received(encode_message(h, {}, values));
+  const rdma::ByteBuffer head(whole.begin(), whole.begin() + kWireHeaderBytes);
+  std::vector<float> landed_at(values.size() + 1);
+  std::memcpy(landed_at.data(), values.data(), values.size() * sizeof(float));
+  const std::span<const std::byte> landed = std::as_bytes(std::span(landed_at.data(), values.size()));
+  DecodedMessage d;
+  const auto err = decode_message(head, WireLimits{}, d, landed);
+  ASSERT_FALSE(err) << *err;
+  EXPECT_EQ(d.header.request_id, 99u);
+  EXPECT_EQ(d.values.data(), landed_at.data());
+  EXPECT_EQ(std::vector<float>(d.values.begin(), d.values.end()), values);
+  EXPECT_EQ(request_id_of(head.data()), 99u);
+  // One float too many or too few landed, or a whole message with a landed part.
+  const auto more = std::as_bytes(std::span(landed_at.data(), values.size() + 1));
+  ASSERT_TRUE(decode_message(head, WireLimits{}, d, more));
+  EXPECT_NE(decode_message(head, WireLimits{}, d, more)->find("received apart"), std::string::npos);
+  EXPECT_TRUE(decode_message(head, WireLimits{}, d, landed.first(landed.size() - 4)));
+  EXPECT_TRUE(decode_message(whole, WireLimits{}, d, landed));
+  // Landed bytes that are not float-aligned.
+  std::vector<std::byte> odd(landed.size() + 1);
+  EXPECT_TRUE(decode_message(head, WireLimits{}, d, std::span<const std::byte>(odd).subspan(1)));
 }
 
 TEST(WireFormat, ErrorRepliesCarryText) {

@@ -132,6 +132,8 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
   kvc->add_flag("!--no-verify", kv->verify, "Skip the verification of pulled values");
   kvc->add_flag("!--no-ceiling", kv->ceiling, "Skip fi_pingpong (the fabric's in-process figures stay)");
   kvc->add_flag("!--no-busy-poll", kv->busy_poll, "Progress threads that sleep when idle instead of polling endpoints");
+  kvc->add_flag("!--no-landing", kv->land,
+                "Copy dense pull replies into the output array instead of receiving them straight into it");
   kvc->add_option("--fi-pingpong", kv->fi_pingpong, "fi_pingpong executable (looked up on PATH)")->capture_default_str();
   kvc->add_option("--timeout-ms", *kv_timeout_ms, "Timeout of each operation and each fi_pingpong run")
       ->check(kPositiveNumber)

@@ -141,6 +141,7 @@ class KvJob {
     for (uint32_t s = 0; s < o.servers; ++s) servers_.push_back(std::make_unique<ps::Server>(*eps_[s], map_, s, so));
     worker::KvClientOptions ko;
     ko.timeout = o.timeout;
+    ko.land_dense_pulls = o.land;
     for (uint32_t w = 0; w < o.workers; ++w) {
       clients_.push_back(std::make_unique<worker::KvClient>(*eps_[o.servers + w], map_, w, ko));
     }

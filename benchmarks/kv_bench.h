@@ -126,6 +126,7 @@ struct KvBenchOptions {
   // Endpoints poll without sleeping and without progress threads, as bench
   // fabric's do by default, so the ceiling and the figure share a progress mode.
   bool busy_poll = true;
+  bool land = true;  // worker::KvClientOptions::land_dense_pulls
   int fabric_iterations = 0;    // bench fabric's iterations per size; 0: its default
   // Rounds, each the fabric's figures then every case (sparse_memory once,
   // after them): a record is the median of its rounds, beside the median of

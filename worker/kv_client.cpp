@@ -538,7 +538,7 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
     auto& out_rows = p->rows[map_.server_rank(s)];
     for (uint64_t row = b; row < e; ++row) out_rows.push_back(static_cast<uint32_t>(row - first_row));
     const uint64_t bytes = (e - b) * schema.width * sizeof(float);
-    if (bytes >= kLandBytes) p->land.push_back({map_.server_rank(s), out + (b - first_row) * schema.width, bytes});
+    if (options_.land_dense_pulls && bytes >= kLandBytes) p->land.push_back({map_.server_rank(s), out + (b - first_row) * schema.width, bytes});
     ps::WireHeader h{.op = ps::Op::kDensePull, .table = table, .sender = rank(), .clock = clock_.load()};
     p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, range);
   }

@@ -58,6 +58,11 @@ struct KvClientOptions {
   // than kResendWindow newer requests have been numbered: an older one
   // fails at the timeout. 0: never.
   std::chrono::milliseconds resend_after{10000};
+  // A dense pull's part of 64 KiB or more is received straight into the
+  // caller's array (rdma::Endpoint::expect), not copied there from the
+  // reply. Off: copied, as smaller parts are (bench kv --no-landing, to
+  // compare).
+  bool land_dense_pulls = true;
   // Test hook: called on the thread that sends requests held back
   // (overdue false) or overdue ones again (true), each time just before it
   // sends them.
@@ -103,7 +108,10 @@ class KvClient {
   std::future<rdma::Status> pull(uint32_t table, std::span<const uint64_t> keys, float* out,
                                  int64_t* data_clock = nullptr);
   std::future<rdma::Status> dense_push(uint32_t table, uint64_t first_row, uint64_t rows, std::span<const float> grads);
-  // data_clock as pull's.
+  // rows * width floats to `out`, valid until the future is ready (then
+  // nothing writes it any more, whatever the outcome); data_clock as
+  // pull's. Each server's part of 64 KiB or more is received straight into
+  // `out` (land_dense_pulls), so a failed pull may have written some rows.
   std::future<rdma::Status> dense_pull(uint32_t table, uint64_t first_row, uint64_t rows, float* out,
                                        int64_t* data_clock = nullptr);
   // The same rows read one-sided, straight from the servers' registered

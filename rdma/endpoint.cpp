@@ -67,7 +67,7 @@ Status Endpoint::Impl::acquire_large_place(PeerId peer, uint64_t bytes, uint64_t
     // where this thread drives progress, else sleep until the progress
     // thread frees a place (release_large_place_locked notifies).
     if (progress_once(false) != 0) continue;
-    if (options.busy_poll || !options.progress_thread) {
+    if (caller_drives_progress()) {
       std::this_thread::yield();
     } else {
       std::unique_lock lock(mu_);
@@ -382,7 +382,7 @@ void Endpoint::Impl::caller_poll() {
 
 std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
-  if (m.options.busy_poll || !m.options.progress_thread) {
+  if (m.caller_drives_progress()) {
     // Drive progress here: no progress thread to wait for, or none worth
     // the hand-off. The queue is polled at least once, so that a caller's
     // loop of receive(0ms) makes progress.
@@ -409,7 +409,7 @@ std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
 
 Status Endpoint::wait(Completion& operation) {
   Impl& m = *impl_;
-  if (m.options.progress_thread && !m.options.busy_poll) return operation.get();
+  if (!m.caller_drives_progress()) return operation.get();
   // Every operation fails by its own deadline, so this loop ends.
   while (!operation.is_ready()) m.caller_poll();
   return operation.get();
@@ -444,13 +444,12 @@ bool Endpoint::withdraw(LandingId id) {
   }
   for (PostContext* pc : to_cancel) (void)fi_cancel(&m.ep.get()->fid, &pc->fi_ctx);
   const auto deadline = Clock::now() + m.options.timeout;
-  const bool thread_progress = m.options.progress_thread && !m.options.busy_poll;
   for (;;) {
     {
       std::unique_lock lock(m.mu_);
       if (!m.landings.contains(id)) return true;
       if (Clock::now() >= deadline) return false;
-      if (thread_progress) {
+      if (!m.caller_drives_progress()) {
         m.landing_cv.wait_for(lock, std::chrono::milliseconds(1));
         continue;
       }

@@ -301,6 +301,9 @@ struct Endpoint::Impl {
   int progress_once(bool block);
   int progress_step(bool may_block);  // CQ, reposts, and deadlines when due
   void progress_loop();
+  // Whether waits here drive progress themselves (no progress thread, or
+  // busy_poll), rather than sleep until the progress thread's completions.
+  bool caller_drives_progress() const { return options.busy_poll || !options.progress_thread; }
   // Caller-driven progress: poll (or, unless busy_poll, block briefly) once.
   void caller_poll();
   void dispatch(PostContext* pc, fi_addr_t src, size_t len, const Status& err, int err_code);

@@ -69,14 +69,8 @@ struct KvClient::Pending {
   // Pulls: server rank -> output row of each key it was asked for, in order.
   std::unordered_map<uint32_t, std::vector<uint32_t>> rows;
   std::vector<std::pair<uint32_t, uint32_t>> duplicates;  // (row, copy of row)
-  // Dense pulls: the parts large enough to be received straight into the
-  // caller's array (kLandBytes), each a landing from start() to finish().
-  struct LandingPart {
-    uint32_t server = 0;
-    float* rows = nullptr;
-    size_t bytes = 0;
-  };
-  std::vector<LandingPart> land;
+  // Dense pulls: a landing for each part large enough to be received
+  // straight into the caller's array (kLandBytes), from start() to finish().
   std::vector<rdma::LandingId> landings;
   float* out = nullptr;
   int64_t* data_clock = nullptr;  // pulls: min over the servers' reply clocks
@@ -156,10 +150,15 @@ std::future<rdma::Status> KvClient::start_locked(std::unique_ptr<Pending> p,
     raw->answered[server] = false;
   }
   // Before the requests go out: their replies may come at once. A reply is
-  // tagged with its request's id (ps::Server::reply).
-  for (const Pending::LandingPart& l : raw->land) {
-    raw->landings.push_back(endpoint_.expect({.from = l.server, .tag = raw->id, .head_bytes = ps::kWireHeaderBytes,
-                                              .tail = l.rows, .tail_bytes = l.bytes}));
+  // tagged with its request's id (ps::Server::reply). A dense pull's part
+  // is its server's consecutive rows of `out`, from rows[server][0] on.
+  if (raw->request_op == ps::Op::kDensePull && options_.land_dense_pulls) {
+    for (const auto& [server, rows] : raw->rows) {
+      const uint64_t bytes = rows.size() * raw->width * sizeof(float);
+      if (bytes < kLandBytes) continue;
+      raw->landings.push_back(endpoint_.expect({.from = server, .tag = raw->id, .head_bytes = ps::kWireHeaderBytes,
+                                                .tail = raw->out + uint64_t{rows[0]} * raw->width, .tail_bytes = bytes}));
+    }
   }
   {
     std::lock_guard lock(mu_);
@@ -537,8 +536,6 @@ std::future<rdma::Status> KvClient::dense_pull(uint32_t table, uint64_t first_ro
     // Output rows of this server's part: consecutive, starting at b - first_row.
     auto& out_rows = p->rows[map_.server_rank(s)];
     for (uint64_t row = b; row < e; ++row) out_rows.push_back(static_cast<uint32_t>(row - first_row));
-    const uint64_t bytes = (e - b) * schema.width * sizeof(float);
-    if (options_.land_dense_pulls && bytes >= kLandBytes) p->land.push_back({map_.server_rank(s), out + (b - first_row) * schema.width, bytes});
     ps::WireHeader h{.op = ps::Op::kDensePull, .table = table, .sender = rank(), .clock = clock_.load()};
     p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, range);
   }
@@ -823,13 +820,12 @@ void KvClient::on_reply(const rdma::Message& m) {
                                  who + " sent " + std::to_string(d.values.size()) + " values for " +
                                      std::to_string(rows.size()) + " keys of width " + std::to_string(p.width));
         }
-      } else if (!rows.empty() && d.values.data() == p.out + uint64_t{rows[0]} * p.width) {
-        // Landed in place: a dense pull's rows are consecutive.
-        if (p.data_clock != nullptr) *p.data_clock = std::min(*p.data_clock, d.header.clock);
-        stats_.pull_bytes += d.values.size_bytes();
-        stats_.pull_bytes_landed += d.values.size_bytes();
       } else {
-        if (p.width == 1) {  // one float a key: a move, not a memcpy call
+        // Landed in place (a dense pull's rows are consecutive), or copied.
+        const bool landed = !rows.empty() && d.values.data() == p.out + uint64_t{rows[0]} * p.width;
+        if (landed) {
+          stats_.pull_bytes_landed += d.values.size_bytes();
+        } else if (p.width == 1) {  // one float a key: a move, not a memcpy call
           for (size_t j = 0; j < rows.size(); ++j) std::memcpy(p.out + rows[j], d.values.data() + j, sizeof(float));
         } else {
           for (size_t j = 0; j < rows.size(); ++j) {

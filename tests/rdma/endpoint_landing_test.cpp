@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -50,6 +52,16 @@ struct TailMemory {
 
 class EndpointLanding : public ::testing::TestWithParam<std::string> {};
 
+// Sends `bytes` with `tag` from eps[0] to eps[1] and receives there the
+// next message; the send must succeed.
+std::optional<Message> send_and_receive(std::vector<std::unique_ptr<Endpoint>>& eps, uint64_t tag,
+                                        const std::vector<std::byte>& bytes) {
+  auto sent = eps[0]->send(1, tag, bytes.data(), bytes.size());
+  auto m = eps[1]->receive(std::chrono::seconds(20));
+  EXPECT_TRUE(sent.get().ok());
+  return m;
+}
+
 // Head and tail split at every kind of place: inside the one chunk of a
 // message (a receive into two places), inside a later chunk of many, at a
 // chunk's edge, and with no head at all.
@@ -73,10 +85,8 @@ TEST_P(EndpointLanding, AnExpectedMessageLandsItsTailInTheCallersMemory) {
                                          .tail_bytes = s.tail});
     ASSERT_NE(id, 0u);
     const auto whole = pattern(0, msg, s.head + s.tail);
-    auto sent = eps[0]->send(1, 900 + msg, whole.data(), whole.size());
-    auto m = eps[1]->receive(std::chrono::seconds(20));
+    auto m = send_and_receive(eps, 900 + msg, whole);
     ASSERT_TRUE(m);
-    EXPECT_TRUE(sent.get().ok());
     EXPECT_EQ(m->tag, 900 + msg);
     EXPECT_EQ(first_mismatch(m->data, 0, msg, s.head), -1);
     EXPECT_EQ(static_cast<void*>(m->landed.data()), static_cast<void*>(mem.tail()));
@@ -111,10 +121,8 @@ TEST_P(EndpointLanding, OtherMessagesArriveWholeAndLeaveTheMemoryAlone) {
   for (const Other& x : others) {
     SCOPED_TRACE("tag " + std::to_string(x.tag) + ", " + std::to_string(x.bytes) + " bytes");
     const auto whole = pattern(0, msg, x.bytes);
-    auto sent = eps[0]->send(1, x.tag, whole.data(), whole.size());
-    auto m = eps[1]->receive(std::chrono::seconds(20));
+    auto m = send_and_receive(eps, x.tag, whole);
     ASSERT_TRUE(m);
-    EXPECT_TRUE(sent.get().ok());
     EXPECT_TRUE(m->landed.empty());
     EXPECT_EQ(first_mismatch(m->data, 0, msg, x.bytes), -1);
     EXPECT_TRUE(mem.untouched(true));
@@ -122,18 +130,14 @@ TEST_P(EndpointLanding, OtherMessagesArriveWholeAndLeaveTheMemoryAlone) {
   }
   // Still waiting: the message it names lands.
   const auto whole = pattern(0, msg, kHead + kTail);
-  auto sent = eps[0]->send(1, 5, whole.data(), whole.size());
-  auto m = eps[1]->receive(std::chrono::seconds(20));
+  auto m = send_and_receive(eps, 5, whole);
   ASSERT_TRUE(m);
-  EXPECT_TRUE(sent.get().ok());
   EXPECT_EQ(m->landed.size(), kTail);
   EXPECT_EQ(mem.tail_mismatch(msg, kHead), -1);
   EXPECT_EQ(eps[1]->stats().messages_landed, 1u);
   // Each landing serves one message: the same again arrives whole.
-  auto again = eps[0]->send(1, 5, whole.data(), whole.size());
-  auto m2 = eps[1]->receive(std::chrono::seconds(20));
+  auto m2 = send_and_receive(eps, 5, whole);
   ASSERT_TRUE(m2);
-  EXPECT_TRUE(again.get().ok());
   EXPECT_TRUE(m2->landed.empty());
   EXPECT_EQ(first_mismatch(m2->data, 0, msg, whole.size()), -1);
   EXPECT_TRUE(eps[1]->withdraw(id));
@@ -149,10 +153,8 @@ TEST_P(EndpointLanding, AWithdrawnLandingIsNotUsed) {
   EXPECT_TRUE(eps[1]->withdraw(id));  // once more: nothing left to end
   EXPECT_TRUE(eps[1]->withdraw(0));
   const auto whole = pattern(0, 0, kHead + kTail);
-  auto sent = eps[0]->send(1, 9, whole.data(), whole.size());
-  auto m = eps[1]->receive(std::chrono::seconds(20));
+  auto m = send_and_receive(eps, 9, whole);
   ASSERT_TRUE(m);
-  EXPECT_TRUE(sent.get().ok());
   EXPECT_TRUE(m->landed.empty());
   EXPECT_EQ(first_mismatch(m->data, 0, 0, whole.size()), -1);
   EXPECT_TRUE(mem.untouched(true));

@@ -47,4 +47,10 @@ PARAFAB_HD inline void atomic_add_relaxed(T* p, T v) {
   AtomicRef<T>(*p).fetch_add(v, kRelaxed);
 }
 
+// The value before the addition.
+template <typename T>
+PARAFAB_HD inline T fetch_add_relaxed(T* p, T v) {
+  return AtomicRef<T>(*p).fetch_add(v, kRelaxed);
+}
+
 }  // namespace parafab::kernels::detail

@@ -6,12 +6,17 @@
 //   g = d * x_k + l2 * w[c_k]                (w[c_k] re-read now)
 //   AdaGrad: G = g2[c_k] + g^2, g2[c_k] = G, w[c_k] -= lr * g / sqrt(G + eps)
 //   plain:   w[c_k] -= lr * g
-// with relaxed atomic loads and stores: another row may write the same
-// coordinate between our load and store and one of the two updates is lost
-// (Niu et al. 2011 bound the harm for sparse data); no data race in the C++
-// sense. A slot that occurs twice in a row is updated twice, the second time
-// from the first's result. With one host thread the rows run in order and the
-// result is exactly sequential SGD (the tests rely on that).
+// On the host, with relaxed atomic loads and stores: another row may write
+// the same coordinate between our load and store and one of the two updates
+// is lost (Niu et al. 2011 bound the harm for sparse data); no data race in
+// the C++ sense. On a GPU, where thousands of rows run at once and every one
+// of them writes the bias and the frequent features, that would lose most of
+// their updates: there the accumulator and the weight are changed by relaxed
+// atomic adds (g^2, then -step), so every row's step lands, each computed
+// from the values it read. With a single writer both give the same floats
+// (w + (-s) is w - s). A slot that occurs twice in a row is updated twice,
+// the second time from the first's result. With one host thread the rows run
+// in order and the result is exactly sequential SGD (the tests rely on that).
 //
 // A step with d == 0 and l2 == 0 changes nothing and is skipped.
 //
@@ -80,6 +85,16 @@ struct HogwildRow {
     float* wp = weight(j);
     float wj = load_relaxed(wp);
     const float g = dx + l2 * wj;
+#if defined(__CUDA_ARCH__)
+    // Device: add, so that concurrent steps to one slot all land (above).
+    float step = lr * g;
+    if (adagrad) {
+      const float gg = g * g;
+      const float G = detail::fetch_add_relaxed(accumulator(j), gg) + gg;
+      step = lr * g / sqrtf(G + eps);
+    }
+    detail::atomic_add_relaxed(wp, -step);
+#else
     if (adagrad) {
       float* gp = accumulator(j);
       const float G = load_relaxed(gp) + g * g;
@@ -89,6 +104,7 @@ struct HogwildRow {
       wj -= lr * g;
     }
     store_relaxed(wp, wj);
+#endif
   }
 
   // Rows are passed to thrust::transform_reduce, whose OpenMP and CUDA

@@ -1,8 +1,10 @@
 // Duplicate-key compaction: sort, then sum the rows of equal keys.
 //
 //   1. perm = 0..n-1; stable_sort_by_key(copy of keys, perm): equal keys end up
-//      adjacent, in input order (so the sums below add in input order and the
-//      result does not depend on the sort's internals).
+//      adjacent, in input order. On the host the sums below then add in input
+//      order and do not depend on the sort's internals; on CUDA reduce_by_key
+//      groups the additions by tiles, so its sums are the same from run to run
+//      but may differ from the host's in the last bits.
 //   2. width 1: reduce_by_key over the sorted keys with vals gathered through
 //      perm, straight into out_keys / out_vals.
 //      width > 1: unique_by_key_copy gives each unique key and the position of

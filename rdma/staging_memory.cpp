@@ -21,6 +21,7 @@ PinnedBuffer allocate_pinned(size_t bytes) {
   void* p = nullptr;
   const cudaError_t rc = cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
   if (rc != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: the thread's next CUDA call would report it again
     throw std::runtime_error("cudaHostAlloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(rc));
   }
   return PinnedBuffer(static_cast<std::byte*>(p));
@@ -29,6 +30,7 @@ PinnedBuffer allocate_pinned(size_t bytes) {
 void copy_memory(void* dst, const void* src, size_t bytes) {
   const cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
     throw std::runtime_error("cudaMemcpy of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(rc));
   }
 }

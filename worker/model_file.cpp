@@ -63,7 +63,9 @@ class Cursor {
   void get_array(std::vector<T>& out, uint64_t n, const char* what) {
     if (n > (b_.size() - at_) / sizeof(T)) fail(what);
     out.resize(n);
-    std::memcpy(out.data(), b_.data() + at_, n * sizeof(T));
+    // An empty vector's data() may be null, which memcpy must never see
+    // (an fm model has no MLP parameters).
+    if (n > 0) std::memcpy(out.data(), b_.data() + at_, n * sizeof(T));
     at_ += n * sizeof(T);
   }
   bool done() const { return at_ == b_.size(); }
@@ -238,6 +240,32 @@ SavedModel load_model_file(const std::string& path) {
                                                                    [](int x) { return x >= 1; }) &&
                                                        (s.n_fields > 0 || s.dense_dim > 0));
   if (!spec_ok) throw DataError(path, "model file is inconsistent: the model's sizes are out of range");
+  if (s.kind == ModelKind::kDnn) {
+    // The trainer indexes a row's field embeddings with these (kernels/embedding.h).
+    if (!std::all_of(s.field_of_namespace.begin(), s.field_of_namespace.end(),
+                     [&](int16_t f) { return f >= -1 && f < s.n_fields; })) {
+      throw DataError(path, fmt::format("model file is inconsistent: the field map names a field outside -1 .. {}",
+                                        s.n_fields - 1));
+    }
+    // The MLP's shape counted here in 64 bits, before ModelSpec::mlp_shape
+    // (an int input width) and kernels::mlp_parameter_count (an int64_t
+    // count) see it: sizes near 2^31 would overflow both.
+    const uint64_t floats = payload.size() / sizeof(float);
+    uint64_t in = static_cast<uint64_t>(s.n_fields) * static_cast<uint64_t>(s.embedding_dim) + s.dense_dim;
+    uint64_t count = 0;
+    bool fits = in <= INT32_MAX;
+    std::vector<int> outs = s.hidden;
+    outs.push_back(s.outputs());
+    for (size_t l = 0; l < outs.size() && fits; ++l) {
+      const uint64_t out = static_cast<uint64_t>(outs[l]);  // >= 1: spec_ok
+      count += out * in + out;                             // < 2^62 + 2^31 + the count so far
+      fits = count <= floats;
+      in = out;
+    }
+    if (!fits) {
+      throw DataError(path, "model file is inconsistent: the MLP's shape needs more parameters than the file holds");
+    }
+  }
   const uint64_t n_keys = c.get<uint64_t>("key count");
   c.get_array(m.keys, n_keys, "keys");
   if (n_keys > UINT64_MAX / s.sparse_width()) throw DataError(path, "model file is inconsistent: key count");

@@ -169,6 +169,12 @@ PlantedModel read_planted_model(const std::string& path) {
     auto k = std::from_chars(key.data(), key.data() + key.size(), idx);
     if (k.ec != std::errc() || k.ptr != key.data() + key.size() || idx == 0 || idx > (1ULL << 40))
       throw std::runtime_error(fmt::format("{}:{}: bad index '{}'", path, lineno, key));
+    // The weights are a dense vector: an index beyond the lines read so far
+    // would have a few bytes ask for gigabytes of zeros.
+    if (idx > lineno)
+      throw std::runtime_error(fmt::format("{}:{}: index {} is beyond its line number (the file lists "
+                                           "the weights 1, 2, ... in order, as gen-data writes them)",
+                                           path, lineno, idx));
     if (idx > m.weights.size()) m.weights.resize(idx, 0.0);
     m.weights[idx - 1] = w;
   }

@@ -53,7 +53,9 @@ void write_synthetic_libsvm(const SyntheticOptions& options, const std::string& 
                             const std::string& test_path, const std::string& weights_path);
 
 // Reads a weights file written by write_synthetic_libsvm. Throws
-// std::runtime_error naming path:line on malformed input.
+// std::runtime_error naming path:line on malformed input, which includes an
+// index larger than its line number (so the weights are never more than the
+// file has lines; missing indices read as 0).
 PlantedModel read_planted_model(const std::string& path);
 
 }  // namespace parafab::worker

@@ -3,8 +3,10 @@
 //
 //   build-asan/tests/fuzz/fuzz_write_seed_corpus tests/fuzz/corpus
 //
-// (the text readers' seeds are hand-written lines, committed as they are).
-// Each seed starts with the option byte its target reads first.
+// (the text readers' seeds are hand-written lines, committed as they are;
+// compressed_input's are tiny files from the gzip, bzip2 and xz tools).
+// Each seed starts with the option byte its target reads first (but
+// planted_weights', a text read as it is).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,9 @@
 #include "ps/wire_format.h"
 #include "rdma/message_framing.h"
 #include "worker/binary_cache.h"
+#include "worker/linear_model_file.h"
+#include "worker/model_file.h"
+#include "worker/synthetic_data.h"
 
 namespace {
 
@@ -218,6 +223,74 @@ void checkpoint_seeds(const fs::path& dir) {
   fs::remove(tmp.string() + ".prev");
 }
 
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {(std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()};
+}
+
+// Option bits of model_file_fuzzer.cpp: 2 the linear header, 1|4|8 fix the
+// magic and version, the sizes and the checksums.
+void model_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  const fs::path tmp = dir / "tmp.pfm";
+  auto emit = [&](const std::string& name, bool linear, const std::string& bytes) {
+    write(dir, name, linear ? 2 : 0, bytes);
+    write(dir, name + "_fix_all", linear ? 15 : 13, bytes);
+  };
+  auto saved = [&](const std::string& name, const worker::SavedModel& m) {
+    worker::save_model_file(tmp.string(), m);
+    emit(name, false, file_bytes(tmp));
+  };
+  auto linear = [&](const std::string& name, const worker::LinearModel& m) {
+    worker::save_linear_model(tmp.string(), m);
+    emit(name, true, file_bytes(tmp));
+  };
+  worker::SavedModel fm;
+  fm.spec = worker::ModelSpec::fm(2);
+  fm.map = {worker::SlotMode::kDirect, 16};
+  fm.keys = {1, 5, 16};
+  fm.values = {0.5f, -0.25f, 1, 2, 3, 4, -1, 0.125f, 8};
+  saved("fm", fm);
+  worker::SavedModel ftrl;  // lr trained with FTRL: an fm of no factors
+  ftrl.spec = worker::ModelSpec::fm(0);
+  ftrl.spec.hyper.sparse_updater = ps::UpdaterKind::kFtrl;
+  ftrl.map = {worker::SlotMode::kHashed, 1 << 4};
+  ftrl.keys = {3, 9};
+  ftrl.values = {0.75f, -1.5f};
+  saved("lr_ftrl", ftrl);
+  worker::SavedModel dnn;
+  dnn.spec = worker::ModelSpec::dnn_with_fields(worker::ModelSpec::fields_of_format(false), 2, {3}, 3, 1);
+  dnn.map = {worker::SlotMode::kHashed, 1 << 6};
+  dnn.keys = {2, 40};
+  dnn.values = {0.5f, -0.5f, 1, -1};
+  dnn.mlp.resize(static_cast<size_t>(kernels::mlp_parameter_count(dnn.spec.mlp_shape())));
+  for (size_t i = 0; i < dnn.mlp.size(); ++i) dnn.mlp[i] = static_cast<float>(i) / 8;
+  saved("dnn", dnn);
+  worker::LinearModel lr;
+  lr.map = {worker::SlotMode::kDirect, 5};
+  lr.weights = {0.5f, -1, 0, 2, 0.25f, -0.125f};
+  linear("lr", lr);
+  worker::LinearModel svm;
+  svm.loss = kernels::Loss::kHinge;
+  svm.map = {worker::SlotMode::kHashed, 4};
+  svm.weights = {1, 2, 3, 4, -0.5f};
+  linear("svm_hashed", svm);
+  fs::remove(tmp);
+}
+
+// gen-data --weights-out's file, as it writes it (no option byte: the
+// target reads the text as it is).
+void planted_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  worker::SyntheticOptions o;
+  o.examples = 1;
+  o.features = 6;
+  o.nnz = 2;
+  const fs::path train = dir / "tmp.svm";
+  worker::write_synthetic_libsvm(o, train.string(), "", (dir / "gen_data").string());
+  fs::remove(train);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -231,5 +304,7 @@ int main(int argc, char** argv) {
   control_seeds(root / "control_frame");
   cache_seeds(root / "binary_cache");
   checkpoint_seeds(root / "checkpoint_reader");
+  model_seeds(root / "model_file");
+  planted_seeds(root / "planted_weights");
   return 0;
 }

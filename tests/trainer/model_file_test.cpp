@@ -4,8 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+
+#define XXH_INLINE_ALL  // the checksums of a patched file, without linking libxxhash
+#include <xxhash.h>
 
 #include "tests/common/temp_dir.h"
 #include "worker/data_error.h"
@@ -40,6 +47,27 @@ std::string error_of(const std::string& path) {
   }
   return "(no error)";
 }
+
+// Rewrites the model file at `path` with its payload (after the 48-byte
+// header) changed by `patch`, and the header's size and checksums made right.
+void patch_payload(const std::string& path, const std::function<void(std::string&)>& patch) {
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string payload = bytes.substr(48);
+  patch(payload);
+  bytes.resize(48);
+  const uint64_t size = payload.size(), payload_hash = XXH64(payload.data(), payload.size(), 0);
+  std::memcpy(bytes.data() + 16, &size, 8);
+  std::memcpy(bytes.data() + 24, &payload_hash, 8);
+  const uint64_t header_hash = XXH64(bytes.data(), 40, 0);
+  std::memcpy(bytes.data() + 40, &header_hash, 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes << payload;
+}
+
+void put_i32(std::string& b, size_t at, int32_t v) { std::memcpy(b.data() + at, &v, 4); }
 
 TEST(ModelFile, RoundTripsEveryField) {
   testing::TempDir dir;
@@ -103,6 +131,62 @@ TEST(ModelFile, DamageIsRefusedNamingTheFile) {
   SavedModel bad = sample();
   bad.values.pop_back();
   EXPECT_THROW(save_model_file(p, bad), std::invalid_argument);
+}
+
+// fuzz regressions/model_file/fm_without_mlp_memcpy_null: the reader
+// handed memcpy the null data() of an empty MLP (UBSan), on every fm model.
+TEST(ModelFile, AnFmModelWithoutKeysRoundTrips) {
+  testing::TempDir dir;
+  SavedModel m;
+  m.spec = ModelSpec::fm(2);
+  m.map = SlotMap{SlotMode::kDirect, 8};
+  save_model_file(dir.file("m"), m);
+  const SavedModel b = load_model_file(dir.file("m"));
+  EXPECT_EQ(b.spec.factors, 2);
+  EXPECT_TRUE(b.keys.empty() && b.values.empty() && b.mlp.empty());
+}
+
+// fuzz regressions/model_file/dnn_field_map_beyond_n_fields: a dnn whose
+// field map names a field >= n_fields was accepted (the trainer's field
+// embeddings have n_fields slots per row).
+TEST(ModelFile, AFieldMapBeyondTheFieldsIsRefused) {
+  testing::TempDir dir;
+  const std::string p = dir.file("m");
+  const SavedModel good = sample();
+  for (int bad : {-2, good.spec.n_fields, 300}) {
+    SavedModel m = good;
+    m.spec.field_of_namespace[200] = static_cast<int16_t>(bad);
+    save_model_file(p, m);
+    EXPECT_EQ(error_of(p), p + ": model file is inconsistent: the field map names a field outside -1 .. " +
+                               std::to_string(good.spec.n_fields - 1));
+  }
+}
+
+// fuzz regressions/model_file/dnn_input_width_overflows_int and
+// dnn_parameter_count_overflows_int64: sizes near 2^31 overflowed the int
+// input width (ModelSpec::mlp_shape) or the int64_t parameter count
+// (kernels::mlp_parameter_count) while the reader checked them (UBSan).
+TEST(ModelFile, MlpSizesThatOverflowAreRefused) {
+  testing::TempDir dir;
+  const std::string p = dir.file("m");
+  // Payload: kind, factors, embedding dim, classes, dense inputs at 16,
+  // fields, hidden layer count, then the hidden sizes at 28 (sample: 4, 2).
+  const std::vector<std::function<void(std::string&)>> patches = {
+      [](std::string& b) { put_i32(b, 16, INT32_MAX); },
+      [](std::string& b) {
+        put_i32(b, 12, INT32_MAX);
+        put_i32(b, 28, INT32_MAX);
+        put_i32(b, 32, INT32_MAX);
+      },
+  };
+  for (const auto& patch : patches) {
+    save_model_file(p, sample());
+    patch_payload(p, patch);
+    EXPECT_EQ(error_of(p), p + ": model file is inconsistent: the MLP's shape needs more parameters than the file holds");
+  }
+  save_model_file(p, sample());
+  patch_payload(p, [](std::string&) {});  // the patching itself leaves a valid file
+  EXPECT_EQ(error_of(p), "(no error)");
 }
 
 }  // namespace

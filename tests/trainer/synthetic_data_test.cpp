@@ -109,5 +109,27 @@ TEST(SyntheticData, MalformedWeightsFileNamesTheLine) {
   }
 }
 
+// fuzz regressions/planted_weights/index_*: an index alone asked for a
+// dense vector of that many doubles (8 GB for 10^9, 8 TiB for 2^40).
+TEST(SyntheticData, AnIndexBeyondItsLineNumberIsRefused) {
+  testing::TempDir dir;
+  for (const char* index : {"1000000000", "1099511627776", "3"}) {
+    std::ofstream(dir.file("w"), std::ios::trunc) << "bias 0\n" << index << " 1\n";
+    try {
+      (void)read_planted_model(dir.file("w"));
+      FAIL() << index;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.file("w") + ":2: index " + index + " is beyond its line number"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // Gaps within the line numbers read as zeros, and the bias may come last.
+  std::ofstream(dir.file("w"), std::ios::trunc) << "1 0.5\n\n\n4 -1\nbias 2\n";
+  const PlantedModel m = read_planted_model(dir.file("w"));
+  EXPECT_EQ(m.weights, (std::vector<double>{0.5, 0, 0, -1}));
+  EXPECT_EQ(m.bias, 2);
+}
+
 }  // namespace
 }  // namespace parafab::worker

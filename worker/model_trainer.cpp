@@ -141,7 +141,11 @@ std::vector<float> ModelTrainer::mlp_input(const Batch& b, const kernels::FieldC
     const std::vector<float> emb = d_emb.to_host();
     for (int64_t r = 0; r < rows; ++r) std::memcpy(&x[r * in], &emb[r * emb_cols], emb_cols * sizeof(float));
   }
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(&x[r * in + emb_cols], &b.dense[r * D], D * sizeof(float));
+  // Without dense inputs b.dense is empty: no b.dense[0] (a reference through
+  // its null data()), no memcpy from null (undefined even for 0 bytes), no x[rows * in].
+  if (D > 0) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(x.data() + r * in + emb_cols, b.dense.data() + r * D, D * sizeof(float));
+  }
   for (auto& f : p.dense) check(f.get(), "pull of the MLP");
   return x;
 }

@@ -83,6 +83,21 @@ TEST(ModelTrainer, DnnLearnsAPairwiseInteractionThatLinearCannot) {
   EXPECT_GT(dnn.auc, 0.8);
 }
 
+// Fields and no dense inputs: the MLP's input rows are the embeddings alone
+// and a batch's dense inputs are empty. Their copy once indexed that empty
+// vector (a reference through its null data(): UBSan, in training and in
+// prediction) and passed memcpy a null source.
+TEST(ModelTrainer, DnnWithFieldsAndNoDenseInputsTrainsAndPredicts) {
+  kernels::set_host_threads(1);
+  const Dataset train(crossed(256, 2, 4, 9));
+  const ModelSpec spec = ModelSpec::dnn(train.view(), 2, {4}, 2, 0);
+  ASSERT_EQ(spec.n_fields, 2);
+  ASSERT_EQ(spec.dense_dim, 0u);
+  const Evaluation e = train_and_eval(spec, train, train, 1);
+  EXPECT_EQ(e.examples, 256u);
+  EXPECT_TRUE(std::isfinite(e.log_loss));
+}
+
 // Dense inputs (libsvm indices 1..D) and softmax over 3 classes: the class
 // is the index of the largest of three inputs; the MLP must reach high accuracy.
 TEST(ModelTrainer, DnnSoftmaxOnDenseInputs) {

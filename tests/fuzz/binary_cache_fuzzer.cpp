@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -31,13 +30,7 @@ namespace {
 
 using parafab::fuzz::check;
 using parafab::fuzz::temp_path;
-using parafab::fuzz::violated;
-
-void write_file(const std::string& path, const std::vector<unsigned char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!out) violated("cannot write the fuzz input's temp file");
-}
+using parafab::fuzz::write_temp_file;
 
 constexpr size_t kHeader = 64, kPayloadHashAt = 48, kHeaderHashAt = 56;
 
@@ -86,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fix_up(file, data[0]);
   static const std::string path = temp_path("cache.pfc");
   static const std::string copy = temp_path("copy.pfc");
-  write_file(path, file);
+  write_temp_file(path, file);
   try {
     SourceStamp stamp;
     uint64_t skipped = 0;

@@ -14,7 +14,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,7 +28,7 @@ namespace {
 
 using parafab::fuzz::check;
 using parafab::fuzz::temp_path;
-using parafab::fuzz::violated;
+using parafab::fuzz::write_temp_file;
 using parafab::ps::CheckpointError;
 using parafab::ps::ShardCheckpoint;
 
@@ -109,11 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<unsigned char> file(data + 1, data + size);
   fix_up(file, data[0]);
   static const std::string path = temp_path("in.ckpt"), again = temp_path("again.ckpt");
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
-    if (!out) violated("cannot write the fuzz input's temp file");
-  }
+  write_temp_file(path, file);
   // The header-only read (finding a set) refuses whatever the whole read's
   // checks of magic, version, sizes and checksums refuse.
   bool header_ok = true;

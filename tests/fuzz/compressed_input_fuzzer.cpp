@@ -32,7 +32,6 @@
 #include <zlib.h>
 
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -48,6 +47,7 @@ namespace {
 
 using parafab::fuzz::check;
 using parafab::fuzz::temp_path;
+using parafab::fuzz::write_temp_file;
 using parafab::fuzz::violated;
 using parafab::worker::Compression;
 using parafab::worker::DataError;
@@ -55,12 +55,6 @@ using parafab::worker::DataError;
 // Texts longer than this (a small input can decompress to megabytes) are not
 // parsed: that is the text readers' fuzzers' work, and slow under ASan.
 constexpr size_t kParseAtMost = size_t{1} << 20;
-
-void write_file(const std::string& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) violated("cannot write the fuzz input's temp file");
-}
 
 void check_names(const DataError& e, const std::string& name) {
   check(e.file() == name, "DataError names another file");
@@ -129,7 +123,7 @@ bool same_view(const parafab::worker::DatasetView& a, const parafab::worker::Dat
 void check_file_reads_as(const std::string& path, std::string_view bytes, const std::optional<std::string>& text,
                          const std::string& error) {
   if (text && text->size() > kParseAtMost) return;
-  write_file(path, bytes);
+  write_temp_file(path, bytes);
   parafab::worker::ReadOptions opt;
   opt.skip_bad_lines = true;  // rows to compare, not the first bad line
   std::optional<parafab::worker::Dataset> want;

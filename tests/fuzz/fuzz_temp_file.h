@@ -8,9 +8,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
+
+#include "tests/fuzz/fuzz_check.h"
 
 namespace parafab::fuzz {
 
@@ -31,6 +35,17 @@ inline std::string temp_path(const std::string& what) {
   std::string path = (dir / ("parafab-fuzz-" + std::to_string(::getpid()) + "-" + what)).string();
   at_exit.paths.push_back(path);
   return path;
+}
+
+// Writes bytes to path (a temp_path), replacing what it held.
+inline void write_temp_file(const std::string& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) violated("cannot write the fuzz input's temp file");
+}
+
+inline void write_temp_file(const std::string& path, const std::vector<unsigned char>& bytes) {
+  write_temp_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace parafab::fuzz

@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -44,7 +43,7 @@ namespace {
 
 using parafab::fuzz::check;
 using parafab::fuzz::temp_path;
-using parafab::fuzz::violated;
+using parafab::fuzz::write_temp_file;
 using parafab::worker::DataError;
 using parafab::worker::LinearModel;
 using parafab::worker::ModelKind;
@@ -85,12 +84,6 @@ void fix_up(std::vector<unsigned char>& f, uint8_t how) {
     const size_t at = linear ? kLinearHeaderHashAt : kModelHeaderHashAt;
     put64(f, at, XXH64(f.data(), at, 0));
   }
-}
-
-void write_file(const std::string& path, const std::vector<unsigned char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!out) violated("cannot write the fuzz input's temp file");
 }
 
 void check_refusal(const DataError& e, const std::string& path) {
@@ -170,7 +163,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<unsigned char> file(data + 1, data + size);
   fix_up(file, data[0]);
   static const std::string path = temp_path("model.pfm"), again = temp_path("again.pfm");
-  write_file(path, file);
+  write_temp_file(path, file);
   const bool fm_dnn = is_model_file(path);
   bool accepted = false;
   try {

@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,14 +23,8 @@ namespace {
 
 using parafab::fuzz::check;
 using parafab::fuzz::temp_path;
-using parafab::fuzz::violated;
+using parafab::fuzz::write_temp_file;
 using parafab::worker::PlantedModel;
-
-void write_file(const std::string& path, const char* bytes, size_t n) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes, static_cast<std::streamsize>(n));
-  if (!out) violated("cannot write the fuzz input's temp file");
-}
 
 std::string text_of(const PlantedModel& m) {
   char num[64];
@@ -53,7 +46,7 @@ bool same(const PlantedModel& a, const PlantedModel& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = temp_path("planted.weights"), again = temp_path("again.weights");
-  write_file(path, reinterpret_cast<const char*>(data), size);
+  write_temp_file(path, std::string_view(reinterpret_cast<const char*>(data), size));
   PlantedModel m;
   try {
     m = parafab::worker::read_planted_model(path);
@@ -69,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 0 && data[size - 1] != '\n') ++lines;
   check(m.weights.size() <= lines, "more weights than the file has lines");
   const std::string text = text_of(m);
-  write_file(again, text.data(), text.size());
+  write_temp_file(again, text);
   check(same(m, parafab::worker::read_planted_model(again)), "an accepted model writes back and reads again differently");
   ::unlink(path.c_str());
   ::unlink(again.c_str());

@@ -183,10 +183,17 @@ const char* xz_error(lzma_ret rc) {
   }
 }
 
+// The most memory an xz decoder may take. Decoding needs the dictionary the
+// file's header names (up to 4 GiB), allocated before any data is checked,
+// so a 77-byte file could ask for 4 GiB. Every xz preset decodes in at most
+// 65 MiB, and the xz tool writes no dictionary past 1.5 GiB: 1600 MiB lets
+// every file the xz tool makes through and refuses the rest.
+constexpr uint64_t kXzMemoryLimit = uint64_t{1600} << 20;
+
 // liblzma reads concatenated streams (and their padding) itself.
 void unxz(std::string_view data, const std::string& name, Output& out, size_t limit) {
   lzma_stream s = LZMA_STREAM_INIT;
-  if (lzma_stream_decoder(&s, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK) {
+  if (lzma_stream_decoder(&s, kXzMemoryLimit, LZMA_CONCATENATED) != LZMA_OK) {
     throw DataError(name, "xz: liblzma could not start (out of memory?)");
   }
   struct End {
@@ -204,6 +211,12 @@ void unxz(std::string_view data, const std::string& name, Output& out, size_t li
     if (limit > 0 && out.size() >= limit) return;
     if (rc == LZMA_OK || rc == LZMA_STREAM_END) continue;
     if (rc == LZMA_BUF_ERROR) truncated(name, Compression::kXz, data.size());
+    if (rc == LZMA_MEMLIMIT_ERROR) {
+      throw DataError(name, fmt::format("xz: its header asks for {} MiB of memory to decompress, more than the "
+                                        "{} MiB parafab allows (the xz tool's presets need at most 65 MiB): a "
+                                        "damaged or hostile file",
+                                        (lzma_memusage(&s) + (1 << 20) - 1) >> 20, kXzMemoryLimit >> 20));
+    }
     corrupt(name, Compression::kXz, s.total_in, xz_error(rc));
   }
 }

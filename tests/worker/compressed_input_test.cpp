@@ -227,6 +227,50 @@ TEST(CompressedInputZstd, IsRefusedWithTheCommandThatDecompressesIt) {
   EXPECT_NE(msg.find("zstd -d"), std::string::npos) << msg;
 }
 
+// `packed` (one xz stream of one block, as lzma_easy_buffer_encode writes
+// it) with the LZMA2 dictionary-size byte of its block header set to `prop`
+// and the header's CRC32 made right again: a valid file that asks its
+// decoder for that dictionary (prop 28: 64 MiB, 40: 4 GiB - 1).
+std::string with_xz_dictionary(std::string packed, uint8_t prop) {
+  const size_t header = 12;  // the stream header
+  const size_t header_size = (static_cast<uint8_t>(packed.at(header)) + 1u) * 4u;
+  const auto flags = static_cast<uint8_t>(packed.at(header + 1));
+  size_t p = header + 2;
+  auto skip_varint = [&] {
+    while (static_cast<uint8_t>(packed.at(p++)) & 0x80u) {
+    }
+  };
+  if (flags & 0x40u) skip_varint();  // compressed size
+  if (flags & 0x80u) skip_varint();  // uncompressed size
+  EXPECT_EQ(static_cast<uint8_t>(packed.at(p)), 0x21u) << "the first filter is LZMA2";
+  EXPECT_EQ(static_cast<uint8_t>(packed.at(p + 1)), 1u) << "LZMA2 has one property byte";
+  packed.at(p + 2) = static_cast<char>(prop);
+  const size_t crc_at = header + header_size - 4;
+  uint32_t crc = lzma_crc32(reinterpret_cast<const uint8_t*>(packed.data() + header), header_size - 4, 0);
+  for (size_t i = 0; i < 4; ++i, crc >>= 8) packed.at(crc_at + i) = static_cast<char>(crc & 0xffu);
+  return packed;
+}
+
+TEST(CompressedInputXz, AHeaderThatAsksForAHugeDictionaryIsRefusedNamingTheMemory) {
+  const std::string text = libsvm_text(200, 11);
+  const std::string packed = xz(text);
+  std::string out;
+  // A dictionary as large as the biggest preset's is decoded as before.
+  decompress(Compression::kXz, with_xz_dictionary(packed, 28), "big.xz", out);
+  EXPECT_EQ(out, text);
+  // 4 GiB is refused before liblzma allocates it.
+  out.clear();
+  const std::string msg =
+      data_error_of([&] { decompress(Compression::kXz, with_xz_dictionary(packed, 40), "huge.xz", out); });
+  const std::string head = "huge.xz: xz: its header asks for ";
+  ASSERT_EQ(msg.rfind(head, 0), 0u) << msg;
+  const long mib = std::stol(msg.substr(head.size()));  // the dictionary plus the decoder's own few KiB
+  EXPECT_GE(mib, 4096) << msg;
+  EXPECT_LE(mib, 4100) << msg;
+  EXPECT_NE(msg.find("more than the 1600 MiB parafab allows"), std::string::npos) << msg;
+  EXPECT_TRUE(out.empty());
+}
+
 TEST(CompressedInputDetect, TextIsNotTakenForCompressedData) {
   for (const char* s : {"", "1 2:3\n", "BZh", "BZhx 1:2", "\x1f", "0\t1\t2"}) {
     EXPECT_EQ(detect_compression(s), Compression::kNone) << s;

@@ -45,38 +45,49 @@ struct HostBuffer {
 #if PARAFAB_CUDA
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: the thread's next CUDA call would report it again
     throw std::runtime_error(
         fmt::format("memory ceiling: {} failed: {}", what, cudaGetErrorString(e)));
   }
 }
 
-MemoryCeiling measure_device_copy(int repetitions) {
-  const size_t bytes = size_t{1} << 30;  // far above any L2
+// Device buffers and events freed however the measurement ends.
+struct DeviceCopyResources {
   void* src = nullptr;
   void* dst = nullptr;
-  check(cudaMalloc(&src, bytes), "cudaMalloc");
-  check(cudaMalloc(&dst, bytes), "cudaMalloc");
   cudaEvent_t start{};
   cudaEvent_t stop{};
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  check(cudaMemset(src, 1, bytes), "cudaMemset");
-  check(cudaMemset(dst, 2, bytes), "cudaMemset");
-  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");  // warm-up
-  float best_ms = 0.0f;
-  for (int r = 0; r < repetitions; ++r) {
-    check(cudaEventRecord(start), "cudaEventRecord");
-    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0.0f;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (r == 0 || ms < best_ms) best_ms = ms;
+  DeviceCopyResources() = default;
+  DeviceCopyResources(const DeviceCopyResources&) = delete;
+  DeviceCopyResources& operator=(const DeviceCopyResources&) = delete;
+  ~DeviceCopyResources() {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    cudaFree(src);  // cudaFree(nullptr) is a no-op
+    cudaFree(dst);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(src);
-  cudaFree(dst);
+};
+
+MemoryCeiling measure_device_copy(int repetitions) {
+  const size_t bytes = size_t{1} << 30;  // far above any L2
+  DeviceCopyResources r;
+  check(cudaMalloc(&r.src, bytes), "cudaMalloc");
+  check(cudaMalloc(&r.dst, bytes), "cudaMalloc");
+  check(cudaEventCreate(&r.start), "cudaEventCreate");
+  check(cudaEventCreate(&r.stop), "cudaEventCreate");
+  check(cudaMemset(r.src, 1, bytes), "cudaMemset");
+  check(cudaMemset(r.dst, 2, bytes), "cudaMemset");
+  check(cudaMemcpy(r.dst, r.src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");  // warm-up
+  float best_ms = 0.0f;
+  for (int i = 0; i < repetitions; ++i) {
+    check(cudaEventRecord(r.start), "cudaEventRecord");
+    check(cudaMemcpy(r.dst, r.src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    check(cudaEventRecord(r.stop), "cudaEventRecord");
+    check(cudaEventSynchronize(r.stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, r.start, r.stop), "cudaEventElapsedTime");
+    if (i == 0 || ms < best_ms) best_ms = ms;
+  }
   MemoryCeiling c;
   c.bytes_per_second = 2.0 * static_cast<double>(bytes) / (static_cast<double>(best_ms) * 1e-3);
   c.source = "cudaMemcpy D2D";

@@ -45,6 +45,49 @@ void device_free(void* p) noexcept {
   if (p != nullptr) (void)cudaFree(p);
 }
 
+namespace {
+
+// Whether the current device has a stream-ordered pool, told once to keep
+// what is freed into it (release threshold: everything; by default it
+// gives memory back at every synchronisation). The first call decides for
+// the process, which uses one device.
+bool scratch_pool_ready() {
+  static const bool ready = [] {
+    int dev = 0;
+    int supported = 0;
+    cudaMemPool_t pool{};
+    uint64_t keep = UINT64_MAX;
+    const bool ok = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, dev) ==
+                        cudaSuccess &&
+                    supported != 0 && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess &&
+                    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) ==
+                        cudaSuccess;
+    if (!ok) (void)cudaGetLastError();  // not an error: device_alloc serves instead
+    return ok;
+  }();
+  return ready;
+}
+
+}  // namespace
+
+void* scratch_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (!scratch_pool_ready()) return device_alloc(bytes);
+  void* p = nullptr;
+  check_cuda(cudaMallocAsync(&p, bytes, 0), "cudaMallocAsync", bytes);
+  return p;
+}
+
+void scratch_free(void* p) noexcept {
+  if (p == nullptr) return;
+  if (!scratch_pool_ready()) {
+    device_free(p);
+    return;
+  }
+  (void)cudaFreeAsync(p, 0);  // after the work queued so far, which may use p
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy host-to-device",
@@ -111,6 +154,10 @@ void* device_alloc(size_t bytes) {
 }
 
 void device_free(void* p) noexcept { std::free(p); }
+
+void* scratch_alloc(size_t bytes) { return device_alloc(bytes); }
+
+void scratch_free(void* p) noexcept { device_free(p); }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes != 0) std::memcpy(dst, src, bytes);

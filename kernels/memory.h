@@ -11,6 +11,15 @@ namespace parafab::kernels {
 
 void* device_alloc(size_t bytes);
 void device_free(void* p) noexcept;
+// Temporaries of one kernel call (Thrust's own included). Under PARAFAB_CUDA
+// they come from the device's stream-ordered pool (cudaMallocAsync on the
+// default stream, where every kernel runs): a free does not wait for the
+// device, and the pool keeps the memory for the next call, where
+// cudaMalloc/cudaFree would cost tens of microseconds and a device-wide
+// synchronisation per call. Devices without pools fall back to
+// device_alloc. On the host: device_alloc's heap.
+void* scratch_alloc(size_t bytes);
+void scratch_free(void* p) noexcept;
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void device_fill_zero(void* dst, size_t bytes);

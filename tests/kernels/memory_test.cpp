@@ -47,6 +47,26 @@ TEST(DeviceMemory, FillZeroAndUploadResize) {
   EXPECT_EQ(a.to_host(), longer);
 }
 
+// Per-call temporaries (on CUDA the device's stream-ordered pool): every
+// byte survives a round trip, freed blocks are taken again, and a zero size
+// is no memory.
+TEST(DeviceMemory, ScratchMemoryRoundTripsAcrossReuse) {
+  EXPECT_EQ(scratch_alloc(0), nullptr);
+  scratch_free(nullptr);
+  for (int round = 0; round < 50; ++round) {
+    const size_t n = size_t{1} << (round % 20);  // 1 element to 2 MiB
+    std::vector<uint32_t> host(n);
+    std::iota(host.begin(), host.end(), static_cast<uint32_t>(round) * 0x9E3779B1u);
+    void* p = scratch_alloc(n * sizeof(uint32_t));
+    ASSERT_NE(p, nullptr);
+    copy_to_device(p, host.data(), n * sizeof(uint32_t));
+    std::vector<uint32_t> back(n);
+    copy_to_host(back.data(), p, n * sizeof(uint32_t));
+    scratch_free(p);
+    ASSERT_EQ(back, host) << "round " << round;
+  }
+}
+
 TEST(DeviceMemory, MovesTransferOwnership) {
   DeviceArray<double> a(std::vector<double>{1.5, 2.5});
   const double* p = a.data();

@@ -15,7 +15,7 @@ void device_free(void* p) noexcept;
 // they come from the device's stream-ordered pool (cudaMallocAsync on the
 // default stream, where every kernel runs): a free does not wait for the
 // device, and the pool keeps the memory for the next call, where
-// cudaMalloc/cudaFree would cost tens of microseconds and a device-wide
+// cudaMalloc/cudaFree would cost two driver calls and a device-wide
 // synchronisation per call. Devices without pools fall back to
 // device_alloc. On the host: device_alloc's heap.
 void* scratch_alloc(size_t bytes);

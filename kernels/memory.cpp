@@ -1,6 +1,7 @@
 // Backend memory. The OpenMP backend uses the host heap, 64-byte aligned so
 // that arrays start on a cache line (and AVX-512 loads never split); under
-// PARAFAB_CUDA it is cudaMalloc'd device memory and synchronous copies.
+// PARAFAB_CUDA it is device memory from the device's stream-ordered pool
+// (cudaMalloc where the device has none) and synchronous copies.
 #include "kernels/memory.h"
 
 #include <cstdlib>
@@ -32,26 +33,11 @@ void check_cuda(cudaError_t err, const char* what, size_t bytes) {
   }
 }
 
-}  // namespace
-
-void* device_alloc(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  void* p = nullptr;
-  check_cuda(cudaMalloc(&p, bytes), "cudaMalloc", bytes);
-  return p;
-}
-
-void device_free(void* p) noexcept {
-  if (p != nullptr) (void)cudaFree(p);
-}
-
-namespace {
-
 // Whether the current device has a stream-ordered pool, told once to keep
 // what is freed into it (release threshold: everything; by default it
 // gives memory back at every synchronisation). The first call decides for
 // the process, which uses one device.
-bool scratch_pool_ready() {
+bool pool_ready() {
   static const bool ready = [] {
     int dev = 0;
     int supported = 0;
@@ -63,7 +49,7 @@ bool scratch_pool_ready() {
                     supported != 0 && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess &&
                     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) ==
                         cudaSuccess;
-    if (!ok) (void)cudaGetLastError();  // not an error: device_alloc serves instead
+    if (!ok) (void)cudaGetLastError();  // not an error: cudaMalloc serves instead
     return ok;
   }();
   return ready;
@@ -71,21 +57,24 @@ bool scratch_pool_ready() {
 
 }  // namespace
 
-void* scratch_alloc(size_t bytes) {
+void* device_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
-  if (!scratch_pool_ready()) return device_alloc(bytes);
   void* p = nullptr;
-  check_cuda(cudaMallocAsync(&p, bytes, 0), "cudaMallocAsync", bytes);
+  if (pool_ready()) {
+    check_cuda(cudaMallocAsync(&p, bytes, 0), "cudaMallocAsync", bytes);
+  } else {
+    check_cuda(cudaMalloc(&p, bytes), "cudaMalloc", bytes);
+  }
   return p;
 }
 
-void scratch_free(void* p) noexcept {
+void device_free(void* p) noexcept {
   if (p == nullptr) return;
-  if (!scratch_pool_ready()) {
-    device_free(p);
-    return;
+  if (pool_ready()) {
+    (void)cudaFreeAsync(p, 0);  // after the work queued so far, which may use p
+  } else {
+    (void)cudaFree(p);
   }
-  (void)cudaFreeAsync(p, 0);  // after the work queued so far, which may use p
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
@@ -154,10 +143,6 @@ void* device_alloc(size_t bytes) {
 }
 
 void device_free(void* p) noexcept { std::free(p); }
-
-void* scratch_alloc(size_t bytes) { return device_alloc(bytes); }
-
-void scratch_free(void* p) noexcept { device_free(p); }
 
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes != 0) std::memcpy(dst, src, bytes);

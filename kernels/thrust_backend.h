@@ -4,7 +4,7 @@
 // thrust::device is the OpenMP system when the target is built with
 // THRUST_DEVICE_SYSTEM=OMP (parafab_thrust on hosts); under nvcc with
 // PARAFAB_CUDA the policy is CUDA's with Thrust's temporary storage taken
-// from scratch_alloc (the device's stream-ordered pool) instead of a
+// from device_alloc (the device's stream-ordered pool) instead of a
 // cudaMalloc and a synchronising cudaFree per algorithm call. Every kernel
 // names `policy()` and nothing else. Raw pointers are passed straight to the
 // algorithms; the policy, not the pointer type, selects the system.
@@ -25,9 +25,9 @@ namespace parafab::kernels::detail {
 struct ScratchAllocator {
   using value_type = char;
   char* allocate(std::ptrdiff_t n) {
-    return static_cast<char*>(scratch_alloc(static_cast<size_t>(std::max<std::ptrdiff_t>(n, 1))));
+    return static_cast<char*>(device_alloc(static_cast<size_t>(std::max<std::ptrdiff_t>(n, 1))));
   }
-  void deallocate(char* p, size_t /*n*/) noexcept { scratch_free(p); }
+  void deallocate(char* p, size_t /*n*/) noexcept { device_free(p); }
 };
 
 inline auto policy() {
@@ -39,14 +39,14 @@ inline auto policy() { return thrust::device; }
 #endif
 
 // Owning, uninitialized backend memory for temporaries of one call
-// (scratch_alloc: 64-byte aligned host heap, or the device's pool).
+// (device_alloc: 64-byte aligned host heap, or the device's pool).
 template <typename T>
 class Scratch {
  public:
-  explicit Scratch(size_t n) : p_(static_cast<T*>(scratch_alloc(n * sizeof(T)))) {}
+  explicit Scratch(size_t n) : p_(static_cast<T*>(device_alloc(n * sizeof(T)))) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { scratch_free(p_); }
+  ~Scratch() { device_free(p_); }
   T* get() const { return p_; }
 
  private:

@@ -47,22 +47,21 @@ TEST(DeviceMemory, FillZeroAndUploadResize) {
   EXPECT_EQ(a.to_host(), longer);
 }
 
-// Per-call temporaries (on CUDA the device's stream-ordered pool): every
-// byte survives a round trip, freed blocks are taken again, and a zero size
-// is no memory.
-TEST(DeviceMemory, ScratchMemoryRoundTripsAcrossReuse) {
-  EXPECT_EQ(scratch_alloc(0), nullptr);
-  scratch_free(nullptr);
+// Blocks taken and given back many times (on CUDA from the device's
+// stream-ordered pool, which hands freed blocks out again): every byte
+// survives a round trip, and a zero size is no memory.
+TEST(DeviceMemory, RawBlocksRoundTripAcrossReuse) {
+  EXPECT_EQ(device_alloc(0), nullptr);
   for (int round = 0; round < 50; ++round) {
     const size_t n = size_t{1} << (round % 20);  // 1 element to 2 MiB
     std::vector<uint32_t> host(n);
     std::iota(host.begin(), host.end(), static_cast<uint32_t>(round) * 0x9E3779B1u);
-    void* p = scratch_alloc(n * sizeof(uint32_t));
+    void* p = device_alloc(n * sizeof(uint32_t));
     ASSERT_NE(p, nullptr);
     copy_to_device(p, host.data(), n * sizeof(uint32_t));
     std::vector<uint32_t> back(n);
     copy_to_host(back.data(), p, n * sizeof(uint32_t));
-    scratch_free(p);
+    device_free(p);
     ASSERT_EQ(back, host) << "round " << round;
   }
 }

@@ -15,8 +15,8 @@
 // The two strategies of linear_gradient.cpp, for the same reasons (see there):
 //
 //  - fused, atomic (CUDA; the host when privatizing would not pay): one task
-//    per row inside thrust::transform_reduce (every index transformed exactly
-//    once), adding into grad with relaxed atomic fetch_add. Relaxed suffices:
+//    per row inside thrust::for_each (detail::for_each_sum: exactly once per
+//    row), adding into grad with relaxed atomic fetch_add. Relaxed suffices:
 //    nothing reads grad before the algorithm returns.
 //
 //  - privatized (OpenMP host backend, x86 has no float atomic add): one task
@@ -39,7 +39,6 @@
 #include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform.h>
-#include <thrust/transform_reduce.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -289,9 +288,7 @@ double gradient_sum(const CsrBatch& b, const float* params, int64_t n_slots, int
   const int64_t ranges = private_ranges(b, n_slots);
   if (ranges == 0) {
     init_l2(params, n_params, l2, grad);
-    return thrust::transform_reduce(policy(), thrust::counting_iterator<int64_t>(0),
-                                    thrust::counting_iterator<int64_t>(b.n_rows),
-                                    FusedRow<kVals>{f, grad}, 0.0, thrust::plus<double>());
+    return detail::for_each_sum(b.n_rows, FusedRow<kVals>{f, grad});
   }
 #if !PARAFAB_CUDA
   detail::Scratch<double> losses(static_cast<size_t>(ranges));

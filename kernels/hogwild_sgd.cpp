@@ -28,7 +28,6 @@
 #include <thrust/for_each.h>
 #include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform_reduce.h>
 
 #include <cmath>
 #include <cstdint>
@@ -107,8 +106,8 @@ struct HogwildRow {
 #endif
   }
 
-  // Rows are passed to thrust::transform_reduce, whose OpenMP and CUDA
-  // implementations transform each index exactly once.
+  // Rows are passed to detail::for_each_sum: thrust::for_each runs each
+  // exactly once.
   PARAFAB_HD double operator()(int64_t i) const {
     const uint64_t begin = row_ptr[i];
     const uint64_t end = row_ptr[i + 1];
@@ -158,10 +157,7 @@ HogwildRow<L, kVals, kHot> make_row(const SgdParams& p, const CsrBatch& b, float
 
 template <Loss L, bool kVals>
 double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
-  return thrust::transform_reduce(detail::policy(), thrust::counting_iterator<int64_t>(0),
-                                  thrust::counting_iterator<int64_t>(b.n_rows),
-                                  make_row<L, kVals, false>(p, b, w, g2), 0.0,
-                                  thrust::plus<double>());
+  return detail::for_each_sum(b.n_rows, make_row<L, kVals, false>(p, b, w, g2));
 }
 
 template <Loss L, bool kVals>
@@ -172,9 +168,7 @@ double run_parts(const SgdParams& p, const CsrBatch& b, float* w, float* g2, int
   row.w_hot = hot.w;
   row.g2_hot = hot.g2;
   const HogwildPart<L, kVals> f{row, b.n_rows, hot.parts, hot.stride};
-  return thrust::transform_reduce(detail::policy(), thrust::counting_iterator<int64_t>(0),
-                                  thrust::counting_iterator<int64_t>(hot.parts), f, 0.0,
-                                  thrust::plus<double>());
+  return detail::for_each_sum(hot.parts, f);
 }
 
 template <Loss L>

@@ -12,8 +12,8 @@
 //    per row does margin, loss and scatter, adding into grad with relaxed
 //    atomic fetch_add. Every addition lands; relaxed order is enough because
 //    nothing reads grad before the algorithm returns. The task runs inside
-//    thrust::transform_reduce, whose OpenMP and CUDA implementations transform
-//    every index exactly once (single-pass reductions); the scatter relies on it.
+//    thrust::for_each (detail::for_each_sum), which runs it exactly once per
+//    row, and the row losses are summed after.
 //
 //  - privatized (OpenMP host backend): x86 has no float atomic add, so each
 //    fetch_add is a lock cmpxchg loop that stalls the memory pipeline
@@ -42,7 +42,6 @@
 #include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform.h>
-#include <thrust/transform_reduce.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -307,13 +306,10 @@ double gradient_sum(const CsrBatch& b, const float* w, int64_t n_slots, float l2
   if constexpr (kHostBackend) nnz_end = b.row_ptr[b.n_rows];  // host memory on this backend
   const RowView<kVals> row{b.row_ptr, b.cols, b.vals, b.bias_slot, nnz_end};
   const RowLoss<L, kVals> f{row, b.labels, w, margins, 1.0f / static_cast<float>(b.n_rows)};
-  const thrust::counting_iterator<int64_t> first(0);
-  const thrust::counting_iterator<int64_t> last(b.n_rows);
   const int64_t ranges = private_ranges(b, n_slots);
   if (ranges == 0) {
     init_l2(w, n_slots, l2, grad);
-    return thrust::transform_reduce(policy(), first, last, FusedRow<L, kVals>{f, grad}, 0.0,
-                                    thrust::plus<double>());
+    return detail::for_each_sum(b.n_rows, FusedRow<L, kVals>{f, grad});
   }
 #if !PARAFAB_CUDA
   {

@@ -11,10 +11,16 @@
 #pragma once
 
 #include <thrust/execution_policy.h>
+#include <thrust/for_each.h>
+#include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/reduce.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
+#include "kernels/host_device.h"
 #include "kernels/memory.h"
 #include "parafab/config.h"
 
@@ -52,5 +58,27 @@ class Scratch {
  private:
   T* p_;
 };
+
+// out[i] = f(i).
+template <typename F>
+struct StoreEach {
+  F f;
+  double* out;
+  PARAFAB_HD void operator()(int64_t i) const { out[i] = f(i); }
+};
+
+// The sum over i in [0, n) of f(i), for an f with side effects (atomic
+// scatters, Hogwild steps) that must run exactly once per index:
+// thrust::for_each promises that, thrust::transform_reduce does not (its
+// OpenMP and CUDA versions happen to transform each index once). The values
+// go through a scratch array of n doubles and a plain reduce.
+template <typename F>
+double for_each_sum(int64_t n, const F& f) {
+  if (n <= 0) return 0.0;
+  Scratch<double> values(static_cast<size_t>(n));
+  thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
+                   thrust::counting_iterator<int64_t>(n), StoreEach<F>{f, values.get()});
+  return thrust::reduce(policy(), values.get(), values.get() + n, 0.0, thrust::plus<double>());
+}
 
 }  // namespace parafab::kernels::detail

@@ -1,5 +1,6 @@
-// Private to kernels/: the Thrust execution policy of the active backend and a
-// scratch array in backend memory.
+// Private to kernels/: the Thrust execution policy of the active backend, a
+// scratch array in backend memory, and for_each_sum (a sum over rows whose
+// task has side effects).
 //
 // thrust::device is the OpenMP system when the target is built with
 // THRUST_DEVICE_SYSTEM=OMP (parafab_thrust on hosts); under nvcc with
@@ -28,7 +29,7 @@ namespace parafab::kernels::detail {
 
 #if PARAFAB_CUDA
 // Thrust's temporary allocations (the interface of thrust::cuda::par(alloc)).
-struct ScratchAllocator {
+struct ThrustTemporaryAllocator {
   using value_type = char;
   char* allocate(std::ptrdiff_t n) {
     return static_cast<char*>(device_alloc(static_cast<size_t>(std::max<std::ptrdiff_t>(n, 1))));
@@ -37,7 +38,7 @@ struct ScratchAllocator {
 };
 
 inline auto policy() {
-  static ScratchAllocator alloc;  // stateless; par() keeps a reference to it
+  static ThrustTemporaryAllocator alloc;  // stateless; par() keeps a reference to it
   return thrust::cuda::par(alloc);
 }
 #else

@@ -91,7 +91,17 @@ void parse_chunk(std::string_view text, size_t reserve_bytes, bool skip_bad, Lin
   out.lines = line_no;
 }
 
+// A UTF-8 byte order mark opening the file (editors and tools on Windows
+// write one) carries no data: it is dropped, and columns on line 1 count from
+// after it, as an editor shows them. Anywhere else it stays a non-ASCII byte.
+std::string_view without_utf8_bom(std::string_view text) {
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  if (text.starts_with(kBom)) text.remove_prefix(kBom.size());
+  return text;
+}
+
 DataFormat detect_format(std::string_view text) {
+  text = without_utf8_bom(text);
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
@@ -293,6 +303,7 @@ const char* data_format_name(DataFormat f) {
 
 Dataset parse_text_dataset(std::string_view text, const std::string& name, const ReadOptions& options,
                            ReadStats* stats) {
+  text = without_utf8_bom(text);
   DataFormat format = options.format == DataFormat::kAuto ? detect_format(text) : options.format;
   // A part of the input: the same newline-aligned split on every reader, so
   // the parts cover every line exactly once; errors keep the file's line numbers.

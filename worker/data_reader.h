@@ -18,7 +18,9 @@
 // non-ASCII byte); the first bad line throws. With skip_bad_lines the line is
 // skipped and counted in ReadStats instead, and nothing else is lost. A bad
 // last line in a file that does not end with '\n' adds "(file ends mid-line:
-// truncated?)". '\r\n' line endings are accepted in both formats.
+// truncated?)". '\r\n' line endings are accepted in both formats, and so is
+// a UTF-8 byte order mark opening the input (dropped: line 1's columns count
+// from after it); anywhere else its bytes are non-ASCII bytes.
 //
 // libsvm details: tokens are separated by spaces or tabs; labels may be
 // written +1, 1, 1.0 (-> 1) or -1, 0, -1.0, 0.0 (-> 0); values must be finite

@@ -124,6 +124,12 @@ TEST(CriteoReader, AutoDetectsByFieldCount) {
   EXPECT_EQ(d.rows(), 1u);
   parse("1\t3:1\t4:1\n", &stats, false, DataFormat::kAuto);  // tabs, but 3 fields: libsvm
   EXPECT_EQ(stats.format, DataFormat::kLibsvm);
+  // A UTF-8 byte order mark opening the file hides neither the format nor the label.
+  l.label = "1";
+  const Dataset marked = parse("\xef\xbb\xbf" + l.str() + "\n", &stats, false, DataFormat::kAuto);
+  EXPECT_EQ(stats.format, DataFormat::kCriteo);
+  EXPECT_EQ(vec(marked.view().labels), (std::vector<float>{1}));
+  EXPECT_EQ(vec(marked.view().keys), vec(parse(l.str() + "\n").view().keys));
 }
 
 struct BadCase {

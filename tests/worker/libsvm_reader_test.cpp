@@ -65,6 +65,28 @@ TEST(LibsvmReader, LastLineWithoutNewlineIsRead) {
   EXPECT_EQ(vec(d.view().values), (std::vector<float>{1, 2.5f}));
 }
 
+// A UTF-8 byte order mark opening the input is dropped: the same rows as
+// without it, in one part or split in two (each line read exactly once).
+TEST(LibsvmReader, AByteOrderMarkOpeningTheInputIsDropped) {
+  const std::string body = "1 3:1\n0 4:2.5 5:1\n1\n0 6:-1\n";
+  const Dataset plain = parse(body);
+  const Dataset marked = parse("\xef\xbb\xbf" + body);
+  EXPECT_EQ(vec(marked.view().labels), vec(plain.view().labels));
+  EXPECT_EQ(vec(marked.view().row_ptr), vec(plain.view().row_ptr));
+  EXPECT_EQ(vec(marked.view().keys), vec(plain.view().keys));
+  EXPECT_EQ(vec(marked.view().values), vec(plain.view().values));
+  std::vector<uint64_t> keys;
+  for (uint32_t part = 0; part < 2; ++part) {
+    ReadOptions opt;
+    opt.format = DataFormat::kAuto;
+    opt.part = part;
+    opt.parts = 2;
+    const Dataset d = parse_text_dataset("\xef\xbb\xbf" + body, "t.svm", opt);
+    keys.insert(keys.end(), d.view().keys.begin(), d.view().keys.end());
+  }
+  EXPECT_EQ(keys, vec(plain.view().keys));
+}
+
 TEST(LibsvmReader, EmptyAndCommentOnlyInputsGiveNoRows) {
   for (const char* text : {"", "\n\n", "# only\n# comments", "\r\n \t\r\n"}) {
     ReadStats stats;
@@ -123,7 +145,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"TruncatedMidIndex", "1 3:1\r\n0 4", "t.svm:2:3:", "has no ':' (expected index:value) (file ends mid-line: truncated?)"},
         BadCase{"NonAsciiInValue", "1 3:1\xc3\xa9\n", "t.svm:1:6:", "non-ASCII byte 0xc3"},
         BadCase{"NonAsciiInIndex", "1 \xff:1\n", "t.svm:1:3:", "non-ASCII byte 0xff"},
-        BadCase{"Utf8BomBeforeLabel", "\xef\xbb\xbf" "1 3:1\n", "t.svm:1:1:", "non-ASCII byte 0xef"},
+        BadCase{"Utf8BomOnLineTwo", "1 3:1\n\xef\xbb\xbf" "0 4:1\n", "t.svm:2:1:", "non-ASCII byte 0xef"},
+        BadCase{"Utf8BomTwice", "\xef\xbb\xbf\xef\xbb\xbf" "1 3:1\n", "t.svm:1:1:", "non-ASCII byte 0xef"},
+        BadCase{"ColumnsAfterABom", "\xef\xbb\xbf" "1 3:1 4:x\n", "t.svm:1:7:", "bad feature value in '4:x'"},
         BadCase{"Latin1InComment", "1 3:1 # caf\xe9\n", "t.svm:1:12:", "invalid UTF-8 in comment (byte 0xe9)"},
         BadCase{"OverlongUtf8InComment", "# \xc0\xaf\n", "t.svm:1:3:", "invalid UTF-8 in comment (byte 0xc0)"},
         BadCase{"CutUtf8InComment", "1 # \xe2\x9c", "t.svm:1:5:", "invalid UTF-8 in comment"},

@@ -868,7 +868,8 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("--ftrl-l2", flags->ftrl_l2, "--optimizer ftrl: L2 strength")->capture_default_str();
   cmd->add_option("--optimizer", flags->optimizer,
                   "adagrad (per-coordinate steps), sgd (constant step) or, for lr, ftrl (FTRL-Proximal with L1, "
-                  "McMahan et al. 2013; trained by minibatches, saved as an fm/dnn-format model)")
+                  "McMahan et al. 2013; trained by minibatches, saved as an fm/dnn-format model). On a GPU, lr/svm "
+                  "in one process: adagrad steps a whole batch's rows at once, sgd only 16 at a time (more diverge)")
       ->check(CLI::IsMember({"adagrad", "sgd", "ftrl"}))->capture_default_str();
   flags->batch_option = cmd->add_option("--batch-size", flags->opt.batch_rows,
                                         "Rows per minibatch (lr/svm in one process: per Hogwild batch); in a job, "

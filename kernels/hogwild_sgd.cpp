@@ -13,7 +13,9 @@
 // of them writes the bias and the frequent features, that would lose most of
 // their updates: there the accumulator and the weight are changed by relaxed
 // atomic adds (g^2, then -step), so every row's step lands, each computed
-// from the values it read. With a single writer both give the same floats
+// from the values it read; for plain SGD so many landing steps overshoot,
+// and its rows run in slices of kGpuSgdRowsInFlight (hogwild_sgd.h has the
+// figures). With a single writer both give the same floats
 // (w + (-s) is w - s). A slot that occurs twice in a row is updated twice,
 // the second time from the first's result. With one host thread the rows run
 // in order and the result is exactly sequential SGD (the tests rely on that).
@@ -155,9 +157,15 @@ HogwildRow<L, kVals, kHot> make_row(const SgdParams& p, const CsrBatch& b, float
           g2,        p.lr,   p.l2,            p.adagrad_eps, p.adagrad, nnz_end};
 }
 
+// Slice size for for_each_sum (0: the whole batch); see SgdParams.
+int64_t rows_in_flight(const SgdParams& p) {
+  if (p.max_rows_in_flight > 0) return p.max_rows_in_flight;
+  return PARAFAB_CUDA && !p.adagrad ? kGpuSgdRowsInFlight : 0;
+}
+
 template <Loss L, bool kVals>
 double run(const SgdParams& p, const CsrBatch& b, float* w, float* g2) {
-  return detail::for_each_sum(b.n_rows, make_row<L, kVals, false>(p, b, w, g2));
+  return detail::for_each_sum(b.n_rows, make_row<L, kVals, false>(p, b, w, g2), rows_in_flight(p));
 }
 
 template <Loss L, bool kVals>
@@ -188,6 +196,10 @@ void check_params(const char* fn, const SgdParams& params, const CsrBatch& batch
   if (params.adagrad && g2 == nullptr) {
     throw std::invalid_argument(std::string("parafab::kernels::") + fn +
                                 ": adagrad needs g2, got nullptr");
+  }
+  if (params.max_rows_in_flight < 0) {
+    throw std::invalid_argument(std::string("parafab::kernels::") + fn + ": max_rows_in_flight " +
+                                std::to_string(params.max_rows_in_flight) + " is negative");
   }
   if (batch.bias_slot >= slots) {
     throw std::invalid_argument(std::string("parafab::kernels::") + fn + ": bias_slot " +

@@ -72,13 +72,19 @@ struct StoreEach {
 // scatters, Hogwild steps) that must run exactly once per index:
 // thrust::for_each promises that, thrust::transform_reduce does not (its
 // OpenMP and CUDA versions happen to transform each index once). The values
-// go through a scratch array of n doubles and a plain reduce.
+// go through a scratch array of n doubles and a plain reduce. With slice > 0
+// the indices go in consecutive calls of at most `slice` each, one after the
+// other: no more than `slice` of them are in flight at once.
 template <typename F>
-double for_each_sum(int64_t n, const F& f) {
+double for_each_sum(int64_t n, const F& f, int64_t slice = 0) {
   if (n <= 0) return 0.0;
+  if (slice <= 0) slice = n;
   Scratch<double> values(static_cast<size_t>(n));
-  thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0),
-                   thrust::counting_iterator<int64_t>(n), StoreEach<F>{f, values.get()});
+  for (int64_t begin = 0; begin < n; begin += slice) {
+    thrust::for_each(policy(), thrust::counting_iterator<int64_t>(begin),
+                     thrust::counting_iterator<int64_t>(std::min(n, begin + slice)),
+                     StoreEach<F>{f, values.get()});
+  }
   return thrust::reduce(policy(), values.get(), values.get() + n, 0.0, thrust::plus<double>());
 }
 

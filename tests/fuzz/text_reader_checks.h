@@ -55,7 +55,10 @@ inline Outcome parse(std::string_view text, const worker::ReadOptions& opt) {
   return o;
 }
 
+// Lines as the readers count them: a UTF-8 byte order mark opening the
+// input is dropped first (a mark alone is an empty input, no line).
 inline uint64_t line_count(std::string_view text) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   uint64_t n = 0;
   for (char c : text) n += c == '\n';
   return n + (!text.empty() && text.back() != '\n');

@@ -3,7 +3,8 @@
 // several threads (or a GPU) only the outcome is checked: on a planted,
 // separable problem the loss must fall. A GPU build also runs the exact
 // comparison on a batch whose rows touch disjoint slots, where the order of
-// the rows cannot matter. hogwild_sgd_parts (per-part copies of hot slots)
+// the rows cannot matter, and on batches run one row in flight
+// (SgdParams::max_rows_in_flight), which orders them. hogwild_sgd_parts (per-part copies of hot slots)
 // is compared with its own float64 reference on batches whose parts share
 // only the hot slots.
 #include "kernels/hogwild_sgd.h"
@@ -137,6 +138,40 @@ TEST_F(HogwildTest, OneThreadIsSequentialSgd) {
                                   (bias ? " bias" : "") + " rows=" + std::to_string(rows));
           }
         }
+      }
+    }
+  }
+}
+
+// max_rows_in_flight slices the batch: with one row in flight the rows run
+// in order on any number of threads (and on a GPU), so the result is
+// sequential SGD; slices of several rows on one thread must also sum every
+// slice's losses and keep the order.
+TEST_F(HogwildTest, SlicesOfTheBatchRunInOrder) {
+  for (const int threads : {1, 2, 4}) {
+    for (const int64_t in_flight : {1, 3, 64}) {
+      if (threads > 1 && in_flight > 1) continue;  // rows of a slice race then
+#if PARAFAB_CUDA
+      if (in_flight > 1) continue;
+#endif
+      set_host_threads(threads);
+      for (const bool adagrad : {false, true}) {
+        BatchSpec spec;
+        spec.rows = 200;
+        spec.slots = 25;
+        spec.max_nnz = 8;
+        spec.with_vals = true;
+        spec.with_bias = true;
+        spec.seed = 41;
+        const HostBatch hb = testing::random_batch(spec);
+        SgdParams p;
+        p.lr = adagrad ? 0.05f : 0.02f;
+        p.l2 = 1e-3f;
+        p.adagrad = adagrad;
+        p.max_rows_in_flight = in_flight;
+        expect_sequential(p, hb, spec.slots, 43,
+                          "threads=" + std::to_string(threads) + " in_flight=" + std::to_string(in_flight) +
+                              (adagrad ? " adagrad" : " sgd"));
       }
     }
   }
@@ -402,6 +437,8 @@ TEST_F(HogwildTest, RejectsMissingAdagradStateAndBadBias) {
   p.adagrad = false;
   EXPECT_THROW((void)hogwild_sgd(p, bad_bias, w.data(), nullptr, 4), std::invalid_argument);
   EXPECT_EQ(hogwild_sgd(p, empty, w.data(), nullptr, 4), 0.0);
+  p.max_rows_in_flight = -1;
+  EXPECT_THROW((void)hogwild_sgd(p, empty, w.data(), nullptr, 4), std::invalid_argument);
 }
 
 }  // namespace

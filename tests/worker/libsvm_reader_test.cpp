@@ -85,6 +85,9 @@ TEST(LibsvmReader, AByteOrderMarkOpeningTheInputIsDropped) {
     keys.insert(keys.end(), d.view().keys.begin(), d.view().keys.end());
   }
   EXPECT_EQ(keys, vec(plain.view().keys));
+  ReadStats stats;  // a mark alone: an empty input (found by fuzz_libsvm_reader)
+  EXPECT_EQ(parse("\xef\xbb\xbf", &stats).rows(), 0u);
+  EXPECT_EQ(stats.lines, 0u);
 }
 
 TEST(LibsvmReader, EmptyAndCommentOnlyInputsGiveNoRows) {

@@ -40,9 +40,11 @@ namespace parafab::kernels {
 // weights at the wave's start, then the wave's steps land one by one):
 // gen-data, 200,000 examples of 40 nonzeros, 2^20 features, 3 epochs, lr
 // 0.05, held-out log loss over the planted model's:
-//   plain SGD  W = 1: 1.343 (the host's sequential figure), 8: 1.349,
-//              32: 1.374, 64: 3.17, 256: 4.23, 8192: 26.2
-//   AdaGrad    W = 1: 1.215, 8192: 1.220
+//   plain SGD  W = 1: 1.343 (sequential; the host trainer on 1 thread:
+//              1.346), 8: 1.349, 16: 1.356, 32: 1.374, 64: 3.17, 256: 4.23,
+//              8192: 26.2
+//   AdaGrad    W = 1: 1.215 (host trainer: 1.214), 8192: 1.220
+// (benchmarks/gpu/hogwild_waves.cpp is the model; its header has the commands).
 // So on CUDA plain SGD runs a batch in slices of kGpuSgdRowsInFlight rows,
 // one after the other (right, but far from the GPU's throughput: use
 // AdaGrad there), and AdaGrad the whole batch at once.

@@ -302,7 +302,10 @@ TEST(Sigmoid, StableAndAccurateForAnyMargin) {
     EXPECT_GE(p[i], 0.0f);
     EXPECT_LE(p[i], 1.0f);
     // A few ulps where float has normal numbers; below, denormal spacing.
-    EXPECT_NEAR(p[i], want, 4.0 * kFloatU * want + 1e-44) << "m = " << m[i];
+    // CUDA's expf may be 2 ulp off (glibc's: under 1), and for m << 0 the
+    // result is about expf's: 8 there, 4 on the host.
+    const double ulps = PARAFAB_CUDA ? 8.0 : 4.0;
+    EXPECT_NEAR(p[i], want, ulps * kFloatU * want + 1e-44) << "m = " << m[i];
   }
   sigmoid(dm.data(), 0, out.data());  // n == 0: nothing to do
 }

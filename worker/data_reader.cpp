@@ -101,7 +101,6 @@ std::string_view without_utf8_bom(std::string_view text) {
 }
 
 DataFormat detect_format(std::string_view text) {
-  text = without_utf8_bom(text);
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
@@ -340,7 +339,7 @@ DataFormat detect_file_format(const std::string& path, DataFormat format) {
   // A mapping: only the pages read are touched; of a compressed file, the
   // first MiB of its text.
   FileBytes file(path, size_t{1} << 20);
-  return detect_format(file.bytes());
+  return detect_format(without_utf8_bom(file.bytes()));
 }
 
 Dataset read_text_dataset(const std::string& path, const ReadOptions& options, ReadStats* stats) {

@@ -262,6 +262,19 @@ TEST(DataReader, FormatNames) {
   EXPECT_THROW(parse_data_format(""), std::invalid_argument);
 }
 
+// The format of a file whose first bytes are a UTF-8 byte order mark is
+// that of the text after it (parafab train checks --train files this way).
+TEST(DataReader, FileFormatDetectionSkipsAByteOrderMark) {
+  test::TempDir dir;
+  std::string criteo = "1";
+  for (int j = 0; j < 39; ++j) criteo += "\t";
+  const std::string tsv = dir.file("marked.tsv");
+  // The comment after the mark is skipped, as without the mark: the format
+  // is the Criteo line's (with the mark kept, the first line would decide).
+  test::write_file(tsv, "\xef\xbb\xbf# exported\n" + criteo + "\n");
+  EXPECT_EQ(detect_file_format(tsv, DataFormat::kAuto), DataFormat::kCriteo);
+}
+
 TEST(DataReader, AutoDetectSkipsCommentsAndBlankLines) {
   ReadStats stats;
   parse("# c\n\n1 1:1\n", 1, false, &stats);

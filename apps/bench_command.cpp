@@ -63,7 +63,7 @@ void add_bench_command(CLI::App& root, CommandContext& ctx) {
       ->delimiter(',')
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  fc->add_option("--iterations", f->iterations, "Timed iterations per case and size; 0: clamp(64 MiB / size, 50, 2000)")
+  fc->add_option("--iterations", f->iterations, "Timed iterations per case and size; 0: clamp(512 MiB / size, 200, 5000)")
       ->check(kNonNegativeNumber)
       ->capture_default_str();
   fc->add_option("--rounds", f->rounds,

@@ -406,8 +406,8 @@ std::string human_bytes(size_t n) {
 }  // namespace
 
 int default_fabric_iterations(size_t bytes) {
-  const size_t by_volume = (size_t{64} << 20) / std::max<size_t>(bytes, 1);
-  return static_cast<int>(std::clamp<size_t>(by_volume, 50, 2000));
+  const size_t by_volume = (size_t{512} << 20) / std::max<size_t>(bytes, 1);
+  return static_cast<int>(std::clamp<size_t>(by_volume, 200, 5000));
 }
 
 BenchRecord& with_latency_ceiling(BenchRecord& record, double ceiling_us, std::string source) {

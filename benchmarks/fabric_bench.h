@@ -71,11 +71,14 @@ struct FabricBenchOptions {
   std::string json_path;                     // JSON lines written here when not empty
 };
 
-// clamp(64 MiB / size, 50, 2000): a default run of both providers stays
-// within about a minute each on 2 cores. At least 50, the fi_pingpong run's
-// own minimum: at 4 MiB, 20 round trips left the first-touch faults of the
-// receive buffers in the figure (shm 0.75 of fi_pingpong at 20, 0.90-0.92
-// at 50 and 100).
+// clamp(512 MiB / size, 200, 5000): a default run of both providers stays
+// within about a minute each on 2 cores (shm 17 s, tcp 39 s). At least 50
+// were needed so that the first-touch faults of the receive buffers at 4
+// MiB leave the figure (shm 0.75 of fi_pingpong at 20 round trips,
+// 0.90-0.92 at 50 and 100). From 64 MiB / size (64 at 1 MiB) to this, the
+// shm ping-pong's rounds came closer together: 1 MiB from 0.82-1.15 of
+// fi_pingpong to 0.94-1.03 (2000 iterations), 256 KiB from 0.81-0.99 to
+// 0.89-1.08 (short runs' rounds mostly measured the host's swings).
 int default_fabric_iterations(size_t bytes);
 
 // For a latency record (lower is better): sets the ceiling and its source,

@@ -2,10 +2,10 @@
 # The GPU checks, for a lent machine with one NVIDIA GPU (H200, sm_90, 16
 # cores): run the kernel tests and rdma/'s device-memory tests on the GPU,
 # `parafab bench kernels` with its JSON output, and `train --model lr` with
-# AdaGrad and with plain SGD on a planted problem (Hogwild on the GPU). Everything it writes,
-# logs included, lands in $OUT (default ./gpu-results). Exits non-zero when
-# a step fails; each step has its own time limit so the whole stays under 5
-# min.
+# AdaGrad and with plain SGD on a planted problem (Hogwild on the GPU).
+# Everything it writes, logs included, lands in $OUT (default
+# ./gpu-results). Exits non-zero when a step fails; each step has its own
+# time limit so the whole stays under 5 min.
 #
 # Two ways to get the CUDA binaries:
 # - gpu-bundle.tar.xz in the repository root (or $BUNDLE), made here by
@@ -126,7 +126,7 @@ run bench_kernels 120 "${RUNNER[@]}" "$PARAFAB" bench kernels --json "$OUT/bench
 # kernels/hogwild_sgd.h): held-out log loss over the planted model's, after
 # `train --model lr` with AdaGrad (the whole batch in flight) and plain SGD
 # (16 rows in flight). The host, one thread, on the same files: 1.214 and
-# 1.346; the model of the GPU in hogwild_sgd.h: 1.220 and 1.35 at most.
+# 1.346; the model of the GPU in hogwild_sgd.h: 1.220 and 1.356.
 DATA=$OUT/hogwild-data
 mkdir -p "$DATA"
 if run gen_data 60 "${RUNNER[@]}" "$PARAFAB" gen-data --out "$DATA/train.svm" --test-out "$DATA/test.svm" \

@@ -4,9 +4,9 @@
 // separable problem the loss must fall. A GPU build also runs the exact
 // comparison on a batch whose rows touch disjoint slots, where the order of
 // the rows cannot matter, and on batches run one row in flight
-// (SgdParams::max_rows_in_flight), which orders them. hogwild_sgd_parts (per-part copies of hot slots)
-// is compared with its own float64 reference on batches whose parts share
-// only the hot slots.
+// (SgdParams::max_rows_in_flight), which orders them. hogwild_sgd_parts
+// (per-part copies of hot slots) is compared with its own float64 reference
+// on batches whose parts share only the hot slots.
 #include "kernels/hogwild_sgd.h"
 
 #include <gtest/gtest.h>

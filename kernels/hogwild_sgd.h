@@ -42,7 +42,7 @@ namespace parafab::kernels {
 // 0.05, held-out log loss over the planted model's:
 //   plain SGD  W = 1: 1.343 (sequential; the host trainer on 1 thread:
 //              1.346), 8: 1.349, 16: 1.356, 32: 1.374, 64: 3.17, 256: 4.23,
-//              8192: 26.2
+//              8192: 165
 //   AdaGrad    W = 1: 1.215 (host trainer: 1.214), 8192: 1.220
 // (benchmarks/gpu/hogwild_waves.cpp is the model; its header has the commands).
 // So on CUDA plain SGD runs a batch in slices of kGpuSgdRowsInFlight rows,

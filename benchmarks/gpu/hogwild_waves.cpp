@@ -5,7 +5,8 @@
 // from the weight and accumulator as they are then (the kernel's atomic
 // adds on the device). W = 1 is sequential SGD. The step is the kernel's
 // (hogwild_sgd.cpp): g = d x + l2 w, AdaGrad G += g^2, w -= lr g / sqrt(G + eps).
-// Prints the held-out log loss and its ratio to the planted model's.
+// Prints the held-out log loss and its ratio to the planted model's, both
+// by worker::PlantedModel::log_loss (the same one `train --planted` uses).
 //
 //   parafab gen-data --out train.svm --test-out test.svm --weights-out planted.txt
 //       --examples 200000 --test-examples 20000   (one command)
@@ -16,54 +17,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "worker/data_reader.h"
+#include "worker/synthetic_data.h"
 
 namespace {
 
 using parafab::worker::Dataset;
 using parafab::worker::DatasetView;
+using parafab::worker::PlantedModel;
 
 constexpr float kLr = 0.05f, kL2 = 1e-6f, kEps = 1e-6f;  // parafab train's defaults
 constexpr int kEpochs = 3;
-
-// The planted model as gen-data writes it: "bias B", then "index weight".
-std::vector<double> read_planted(const char* path, double* bias) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(std::string(path) + ": cannot open");
-  std::vector<double> w;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream s(line);
-    std::string first;
-    double v = 0;
-    if (!(s >> first >> v)) continue;
-    if (first == "bias") {
-      *bias = v;
-      continue;
-    }
-    const size_t j = std::stoull(first);
-    if (j >= w.size()) w.resize(j + 1, 0.0);
-    w[j] = v;
-  }
-  return w;
-}
-
-template <typename Weight>
-double log_loss(const DatasetView& d, const Weight& weight, double bias) {
-  double total = 0;
-  for (size_t i = 0; i < d.rows(); ++i) {
-    double m = bias;
-    for (size_t k = d.row_ptr[i]; k < d.row_ptr[i + 1]; ++k) m += static_cast<double>(d.values[k]) * weight(d.keys[k]);
-    const double p = std::clamp(1 / (1 + std::exp(-m)), 1e-15, 1 - 1e-15);
-    total -= d.labels[i] > 0 ? std::log(p) : std::log(1 - p);
-  }
-  return total / static_cast<double>(d.rows());
-}
 
 }  // namespace
 
@@ -75,8 +42,7 @@ int main(int argc, char** argv) {
   try {
     const Dataset train = parafab::worker::read_text_dataset(argv[1], {});
     const Dataset test = parafab::worker::read_text_dataset(argv[2], {});
-    double planted_bias = 0;
-    const std::vector<double> planted = read_planted(argv[3], &planted_bias);
+    const PlantedModel planted = parafab::worker::read_planted_model(argv[3]);
     const size_t wave = std::max(1L, std::atol(argv[4]));
     const bool adagrad = std::string(argv[5]) == "adagrad";
     const DatasetView tr = train.view();
@@ -108,11 +74,14 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // The learned weights as a PlantedModel (by feature id: libsvm index - 1),
+    // so that both log losses are computed by one function.
+    PlantedModel learned_model;
+    learned_model.bias = w[bias];
+    learned_model.weights.assign(w.begin() + 1, w.begin() + static_cast<ptrdiff_t>(std::max<uint64_t>(slots, 1)));
     const DatasetView te = test.view();
-    const double learned =
-        log_loss(te, [&](uint64_t j) { return j < slots ? static_cast<double>(w[j]) : 0.0; }, w[bias]);
-    const double floor =
-        log_loss(te, [&](uint64_t j) { return j < planted.size() ? planted[j] : 0.0; }, planted_bias);
+    const double learned = learned_model.log_loss(te);
+    const double floor = planted.log_loss(te);
     std::printf("%s, %zu rows per wave: held-out log loss %.6f, planted %.6f, learned / planted %.4f\n",
                 adagrad ? "adagrad" : "sgd", wave, learned, floor, learned / floor);
   } catch (const std::exception& e) {

@@ -150,6 +150,7 @@ Status Endpoint::Impl::post(Operation* op, PostFn fn) {
 void* Endpoint::Impl::local_desc(Operation& op, const void* p, size_t n, uint64_t access) {
   if (!(mr_mode & FI_MR_LOCAL) || n == 0) return nullptr;
   op.registrations.push_back(register_raw(const_cast<void*>(p), n, access, MemoryKind::kHost, 0));
+  local_registrations.fetch_add(1, std::memory_order_relaxed);
   return fi_mr_desc(op.registrations.back().get());
 }
 
@@ -470,7 +471,9 @@ Completion Endpoint::write(PeerId to, const void* local, size_t size, const Remo
 
 EndpointStats Endpoint::stats() const {
   std::lock_guard lock(impl_->mu_);
-  return impl_->stats;
+  EndpointStats s = impl_->stats;
+  s.local_registrations = impl_->local_registrations.load(std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace parafab::rdma

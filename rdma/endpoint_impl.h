@@ -224,8 +224,11 @@ struct Endpoint::Impl {
   bool has_rma = false;
   bool has_hmem = false;
   bool has_wait = false;
+  // The provider's FI_MR_* bits, plus FI_MR_LOCAL with
+  // options.register_local_buffers (provider_info.mr_mode keeps the provider's).
   uint64_t mr_mode = 0;
   std::atomic<uint64_t> next_mr_key{1};
+  std::atomic<uint64_t> local_registrations{0};  // EndpointStats::local_registrations
 
   // libfabric objects: reverse destruction closes ep, pool MR, AV, CQ,
   // domain, fabric, in that order.

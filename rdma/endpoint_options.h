@@ -67,6 +67,14 @@ struct EndpointOptions {
   // Ask the provider for FI_HMEM (GPU memory registration). Off by default:
   // providers without it would otherwise not be found.
   bool hmem = false;
+  // Register every local buffer handed to the provider (the receive pool,
+  // each send's frame and pieces, an inbound message's buffer or landing, an
+  // RMA's local buffer without a local_region) and pass its descriptor, as
+  // providers with FI_MR_LOCAL in their mr_mode require (efa, and ofi_rxm
+  // over verbs), also where the provider does not: tests run that path on
+  // tcp;ofi_rxm and shm, which never ask for it. A registration per
+  // operation; off, only where the provider asks.
+  bool register_local_buffers = false;
 };
 
 }  // namespace parafab::rdma

@@ -74,6 +74,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
   provider_info.max_msg_size = fi->ep_attr->max_msg_size;
   provider_info.inject_size = fi->tx_attr->inject_size;
   provider_info.mr_mode = mr_mode;
+  if (options.register_local_buffers) mr_mode |= FI_MR_LOCAL;
   provider_info.rma = has_rma;
   provider_info.tagged = true;
   provider_info.manual_progress = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
@@ -127,6 +128,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
   pool_ops.resize(nbuf);
   if (mr_mode & FI_MR_LOCAL) {
     pool_mr = register_raw(pool_memory.data(), pool_memory.size(), FI_RECV, MemoryKind::kHost, 0);
+    local_registrations.fetch_add(1, std::memory_order_relaxed);
   }
   for (size_t i = 0; i < nbuf; ++i) {
     Operation& op = pool_ops[i];

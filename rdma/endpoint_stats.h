@@ -22,6 +22,10 @@ struct EndpointStats {
   uint64_t timed_out = 0;               // operations failed by the timeout
   uint64_t error_completions = 0;       // error completions read from the CQ
   uint64_t large_send_waits = 0;        // sends that found their peer's large_in_flight_per_peer taken and waited
+  // Local buffers registered for their descriptors (FI_MR_LOCAL, or
+  // EndpointOptions::register_local_buffers): the receive pool once, then
+  // per operation; 0 where neither asks for them.
+  uint64_t local_registrations = 0;
 };
 
 // The losses among `s` in words ("2 messages from unknown senders dropped,

@@ -27,6 +27,8 @@ namespace {
 using worker::KvClient;
 using worker::KvClientOptions;
 
+constexpr const char* kMrLocalSuffix = "+mr_local";
+
 // S servers, W workers, endpoints meshed, servers serving on threads.
 class Job {
  public:
@@ -38,6 +40,12 @@ class Job {
       bool raw_progress = true) {
     rdma::EndpointOptions o;
     o.provider = provider;
+    // "P+mr_local": provider P with every local buffer registered, as
+    // FI_MR_LOCAL providers (efa, verbs;ofi_rxm) require.
+    if (const size_t plus = provider.find(kMrLocalSuffix); plus != std::string::npos) {
+      o.provider = provider.substr(0, plus);
+      o.register_local_buffers = true;
+    }
     o.timeout = std::chrono::seconds(20);
     const uint32_t n = servers + workers;
     for (uint32_t i = 0; i < n; ++i) {
@@ -588,8 +596,16 @@ TEST_P(PsLoopback, OneSidedReadsUnderBspSeeWholeRounds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, PsLoopback, ::testing::Values("tcp;ofi_rxm", "shm"),
-                         [](const auto& info) { return info.param == "shm" ? std::string("shm") : std::string("tcp_rxm"); });
+// Each suite on both providers, and again with the FI_MR_LOCAL path (every
+// local buffer registered and its descriptor passed): servers lending table
+// rows to replies, landings and one-sided reads over registered buffers.
+INSTANTIATE_TEST_SUITE_P(Loopback, PsLoopback,
+                         ::testing::Values("tcp;ofi_rxm", "shm", "tcp;ofi_rxm+mr_local", "shm+mr_local"),
+                         [](const auto& info) {
+                           const std::string p = info.param;
+                           return std::string(p.rfind("shm", 0) == 0 ? "shm" : "tcp_rxm") +
+                                  (p.find(kMrLocalSuffix) != std::string::npos ? "_mr_local" : "");
+                         });
 
 // Under SSP(s) no pull at clock c is answered before min clock >= c - s, as
 // the servers themselves saw it; a slow worker blocks the fast ones without

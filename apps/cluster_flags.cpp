@@ -31,7 +31,10 @@ void add_cluster_flags(CLI::App* cmd, ClusterFlags& f) {
                   "libfabric provider: tcp;ofi_rxm, shm, verbs;ofi_rxm, efa (else $PARAFAB_PROVIDER, default tcp;ofi_rxm)");
   cmd->add_option("--node", f.node, "Address the fabric endpoint binds (else $PARAFAB_NODE, default 127.0.0.1)");
   cmd->add_option("--rank", f.role_rank, "This node's index among its role (else $PARAFAB_RANK; default: order of joining)");
-  cmd->add_option("--join-timeout", f.join_timeout_s, "Seconds to wait for the whole job to join")
+  cmd->add_option("--join-timeout", f.join_timeout_s,
+                  "Seconds to wait for the whole job to join (parafab launch and parafab node give their workers "
+                  "their own --join-timeout through the variable)")
+      ->envname("PARAFAB_JOIN_TIMEOUT")
       ->check(kPositiveNumber)
       ->capture_default_str();
 }
@@ -96,12 +99,22 @@ void resolve_cluster_flags(ClusterFlags& f) {
 }
 
 HostPort parse_host_port(const std::string& text) {
-  const size_t colon = text.rfind(':');
   HostPort hp;
-  if (colon == std::string::npos || colon == 0) {
-    throw std::invalid_argument("scheduler address '" + text + "': expected HOST:PORT");
+  size_t colon = 0;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close == 1 || close + 1 >= text.size() || text[close + 1] != ':') {
+      throw std::invalid_argument("scheduler address '" + text + "': expected [IPV6]:PORT");
+    }
+    hp.host = text.substr(1, close - 1);
+    colon = close + 1;
+  } else {
+    colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      throw std::invalid_argument("scheduler address '" + text + "': expected HOST:PORT");
+    }
+    hp.host = text.substr(0, colon);
   }
-  hp.host = text.substr(0, colon);
   unsigned port = 0;
   const char* b = text.data() + colon + 1;
   const char* e = text.data() + text.size();
@@ -111,6 +124,10 @@ HostPort parse_host_port(const std::string& text) {
   }
   hp.port = static_cast<uint16_t>(port);
   return hp;
+}
+
+std::string format_host_port(const std::string& host, uint16_t port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
 }
 
 rdma::EndpointOptions endpoint_options(const ClusterFlags& f) {

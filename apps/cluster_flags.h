@@ -7,7 +7,7 @@
 //   --provider NAME         PARAFAB_PROVIDER     (default tcp;ofi_rxm)
 //   --node ADDRESS          PARAFAB_NODE         (fabric bind address, default 127.0.0.1)
 //   --rank N                PARAFAB_RANK         (this node's index among its role; default: order of joining)
-//   --join-timeout SECONDS                       (default 60)
+//   --join-timeout SECONDS  PARAFAB_JOIN_TIMEOUT (default 60; launch and node set it for their workers)
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -65,8 +65,12 @@ struct HostPort {
   std::string host;
   uint16_t port = 0;
 };
-// "HOST:PORT"; throws std::invalid_argument naming the text.
+// "HOST:PORT", or "[IPV6]:PORT" (an IPv6 address without brackets is
+// split at its last colon); throws std::invalid_argument naming the text.
 HostPort parse_host_port(const std::string& text);
+// What parse_host_port reads back: "HOST:PORT", "[IPV6]:PORT" for a host
+// with a colon.
+std::string format_host_port(const std::string& host, uint16_t port);
 
 rdma::EndpointOptions endpoint_options(const ClusterFlags& flags);
 std::chrono::milliseconds join_timeout(const ClusterFlags& flags);

@@ -316,7 +316,7 @@ class Launch {
     if (!shared_) shared_.emplace(job_base, token_);  // a restart keeps the job's token
     const SshHost& first = hosts[0];
     const std::string bind = !f_.bind.empty() ? f_.bind : is_ip_address(first.address) ? first.address : "0.0.0.0";
-    const std::string scheduler = fmt::format("{}:{}", first.address, f_.port);
+    const std::string scheduler = format_host_port(first.address, static_cast<uint16_t>(f_.port));
     const std::string remote_bin = f_.remote_bin.empty() ? benchmarks::self_executable() : f_.remote_bin;
     const ps::ConsistencyModel consistency = ps::ConsistencyModel::parse(f_.consistency);
     say(fmt::format("{} servers ({}), {} workers on {} host{} from {}, provider {}, scheduler {} (bind {}), job token "
@@ -466,6 +466,9 @@ class Launch {
     restart_server_ = [start_server](int rank) { start_server(rank, true); };
     std::vector<std::string> worker_env = env;
     if (resume) worker_env.push_back("PARAFAB_RESUME_DIR=" + f_.checkpoints.dir);
+    // The job's join timeout, for a worker command that does not give its
+    // own --join-timeout (apps/cluster_flags.cpp reads the variable).
+    worker_env.push_back("PARAFAB_JOIN_TIMEOUT=" + join);
     // Every worker on this host: each takes its share of the CPUs, unless
     // the user's environment says otherwise (apps/host_threads.h).
     if (std::getenv(kThreadsEnv) == nullptr) {
@@ -684,8 +687,9 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
       // and the worker command's own flags become launch's.
       ->allow_extra_args(false);
   cmd->add_option("--join-timeout", f->join_timeout_s,
-                  "Seconds for the scheduler to listen and every node to join; also how long the scheduler and "
-                  "servers may take to exit once every worker has")
+                  "Seconds for the scheduler to listen and every node to join (the workers get it as "
+                  "PARAFAB_JOIN_TIMEOUT); also how long the scheduler and servers may take to exit once every "
+                  "worker has")
       ->capture_default_str();
   cmd->add_option("--timeout", f->timeout_s, "Seconds the whole job may run (0: no limit)")->capture_default_str();
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s,
@@ -700,7 +704,8 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
                        "The servers checkpoint their shards to DIR (parafab server --checkpoint-dir; under --hostfile "
                        "on storage every host sees); train --resume DIR starts a job from them");
   cmd->add_option("--restart-failed", f->restart_failed,
-                  "Up to N times, when a server or the scheduler dies, start the whole job again from the newest "
+                  "Up to N times, when a process fails (the scheduler, a server, or a worker under "
+                  "--on-worker-failure fail), start the whole job again from the newest "
                   "complete checkpoint set in --checkpoint-dir (under --hostfile on the same hosts); with "
                   "--server-rejoin-timeout, start only a dead server again, under its rank")
       ->check(kNonNegativeNumber)
@@ -736,8 +741,9 @@ void add_launch_command(CLI::App& root, CommandContext& ctx) {
   cmd->add_option("command", f->command,
                   "The worker command and its arguments, after --; it finds the job in PARAFAB_SCHEDULER, "
                   "PARAFAB_TOKEN_FILE, PARAFAB_PROVIDER, PARAFAB_ROLE, PARAFAB_RANK, PARAFAB_NUM_SERVERS, "
-                  "PARAFAB_NUM_WORKERS; without --hostfile also PARAFAB_THREADS, its share of this host's CPUs (the "
-                  "default of parafab train --threads), unless set here already");
+                  "PARAFAB_NUM_WORKERS, PARAFAB_JOIN_TIMEOUT (the default of its --join-timeout); also "
+                  "PARAFAB_THREADS, its share of its host's CPUs (the default of parafab train --threads), unless "
+                  "set already");
   cmd->footer(
       "Each line of a process's output is printed with its role and rank: [scheduler], [server 0], [worker 2]. "
       "SIGINT or SIGTERM stops every process (SIGTERM, then SIGKILL after --grace). Exit status: 0 when every "

@@ -8,7 +8,7 @@
 //   rank S+1..   the command after --, as worker j, with PARAFAB_SCHEDULER,
 //                PARAFAB_TOKEN_FILE, PARAFAB_ROLE, PARAFAB_RANK, ... set.
 // Launchers start processes in no particular order, and a node's scheduler
-// client gives up on the first refused connection, so servers and workers
+// client retries a refused connection for only 10 s, so servers and workers
 // first wait (bounded by --join-timeout) until the scheduler's port accepts
 // a connection; the probe closes before the handshake, which the scheduler
 // drops silently.
@@ -201,6 +201,7 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
   for (const std::string& spec : f.tables) (void)parse_table_spec(spec);
   // Every process of a job gets the same flags: refuse on each what the
   // servers could not do, before anything starts.
+  f.checkpoints.validate();
   if (f.server_rejoin_timeout_s > 0 && f.checkpoints.dir.empty()) {
     throw std::invalid_argument("--server-rejoin-timeout needs --checkpoint-dir (a server rejoins from its checkpoint)");
   }
@@ -212,7 +213,7 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
   const std::string node = !f.node.empty() ? f.node : !iface.empty() ? interface_address(iface) : std::string();
   const std::string provider = f.provider;
 
-  const std::string scheduler = fmt::format("{}:{}", p.scheduler_host, plan.port);
+  const std::string scheduler = format_host_port(p.scheduler_host, plan.port);
   const std::string join = fmt::format("{}", f.join_timeout_s);
   plan.env = {{"PARAFAB_TOKEN_FILE", plan.token_file},
               {"PARAFAB_NUM_SERVERS", std::to_string(shape.servers)},
@@ -253,6 +254,9 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
           plan.env.emplace_back(kThreadsEnv, std::to_string(cpu_share(*n)));
         }
       }
+      // The job's join timeout, for a worker command that does not give
+      // its own --join-timeout (apps/cluster_flags.cpp reads the variable).
+      plan.env.emplace_back("PARAFAB_JOIN_TIMEOUT", join);
       break;
   }
   return plan;
@@ -346,18 +350,20 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
   add_server_rejoin_flag(cmd, f->server_rejoin_timeout_s,
                          "; start the dead server again with parafab node --recover under its role and rank, on any host");
   cmd->add_flag("--recover", f->recover,
-                "Servers: start from this server's last checkpoint in --checkpoint-dir; in a running job whose "
-                "scheduler keeps the rank (--server-rejoin-timeout), rejoin it. Other roles ignore it");
+                "Servers: start from this server's shard of the newest complete checkpoint set in --checkpoint-dir; "
+                "in a running job whose scheduler keeps the rank (--server-rejoin-timeout), rejoin it. Other roles "
+                "ignore it (every role still needs --checkpoint-dir with it)");
   cmd->add_flag("--dry-run", f->dry_run, "Print this process's role, environment and command, and exit");
   cmd->add_option("command", f->command,
                   "The worker command and its arguments, after --; it finds the job in PARAFAB_SCHEDULER, "
                   "PARAFAB_TOKEN_FILE, PARAFAB_ROLE, PARAFAB_RANK, PARAFAB_NUM_SERVERS, PARAFAB_NUM_WORKERS, "
-                  "PARAFAB_PROVIDER, PARAFAB_NODE");
+                  "PARAFAB_PROVIDER, PARAFAB_NODE, PARAFAB_JOIN_TIMEOUT (the default of its --join-timeout)");
   cmd->footer(
       "Rank and size come from, in order: PARAFAB_ROLE + PARAFAB_RANK (rank among the role); SLURM_PROCID + "
-      "SLURM_NTASKS (scheduler host: first host of SLURM_STEP_NODELIST/SLURM_NODELIST); OMPI_COMM_WORLD_RANK + "
+      "SLURM_NTASKS or SLURM_NPROCS (scheduler host: first host of SLURM_STEP_NODELIST, SLURM_NODELIST or "
+      "SLURM_JOB_NODELIST); OMPI_COMM_WORLD_RANK + "
       "OMPI_COMM_WORLD_SIZE; PMI_RANK + PMI_SIZE. The size must be 1 + servers + workers. PARAFAB_SCHEDULER=HOST[:PORT] "
-      "names the scheduler under any launcher. See docs/cluster.md.");
+      "(or [IPV6][:PORT]) names the scheduler under any launcher. See docs/cluster.md.");
   cmd->callback([f, port, &ctx] {
     ctx.exit_code = run_guarded("node", [&] {
       NodeFlags flags = *f;

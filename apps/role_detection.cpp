@@ -166,18 +166,32 @@ void place_by_launcher(const EnvMap& env, JobShape shape, EnvScheme scheme, Node
 void apply_parafab_scheduler(const EnvMap& env, NodePlacement& p) {
   const std::optional<std::string> text = get(env, "PARAFAB_SCHEDULER");
   if (!text) return;
-  const size_t colon = text->rfind(':');
-  std::string host = *text;
-  if (colon != std::string::npos && text->find(':') == colon) {  // one colon: HOST:PORT (not a bare IPv6 address)
-    const std::string port_text = text->substr(colon + 1);
+  auto bad = [&] {
+    return invalid_argument(fmt::format(
+        "PARAFAB_SCHEDULER='{}': expected HOST, HOST:PORT, [IPV6] or [IPV6]:PORT with a port 1-65535", *text));
+  };
+  auto take_port = [&](const std::string& port_text) {
     unsigned port = 0;
     const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
     if (!all_digits(port_text) || ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 ||
         port > 65535) {
-      throw invalid_argument(fmt::format("PARAFAB_SCHEDULER='{}': expected HOST or HOST:PORT with a port 1-65535", *text));
+      throw bad();
     }
-    host = text->substr(0, colon);
     p.scheduler_port = static_cast<uint16_t>(port);
+  };
+  std::string host = *text;
+  const size_t colon = text->rfind(':');
+  if (!text->empty() && text->front() == '[') {  // [IPV6] or [IPV6]:PORT (what launch writes for one)
+    const size_t close = text->find(']');
+    if (close == std::string::npos) throw bad();
+    host = text->substr(1, close - 1);
+    if (close + 1 < text->size()) {
+      if ((*text)[close + 1] != ':') throw bad();
+      take_port(text->substr(close + 2));
+    }
+  } else if (colon != std::string::npos && text->find(':') == colon) {  // one colon: HOST:PORT (not a bare IPv6 address)
+    take_port(text->substr(colon + 1));
+    host = text->substr(0, colon);
   }
   if (host.empty()) throw invalid_argument(fmt::format("PARAFAB_SCHEDULER='{}': no host", *text));
   p.scheduler_host = host;

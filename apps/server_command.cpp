@@ -218,8 +218,9 @@ void add_server_command(CLI::App& root, CommandContext& ctx) {
       ->envname("PARAFAB_DROP_PUSHES_EVERY")
       ->capture_default_str();
   cmd->add_flag("--recover", f->recover,
-                "Start from this server's last checkpoint in --checkpoint-dir (refused, naming the file, when it is "
-                "missing, corrupt or of other tables)");
+                "Start from this server's shard of the newest complete checkpoint set in --checkpoint-dir; "
+                "rejoining a running job, from its newest usable file, else PATH.prev (refused, naming the file, "
+                "when none is usable or it is of other tables)");
   cmd->callback([f, &ctx] { ctx.exit_code = run_guarded("server", [&] { return run_server(*f); }); });
 }
 

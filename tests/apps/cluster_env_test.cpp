@@ -256,12 +256,16 @@ TEST_F(ClusterEnv, DryRunShowsTheWorkersEnvironment) {
   CPU_ZERO(&cpus);
   ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
   const std::string threads = "PARAFAB_THREADS=" + std::to_string(std::max(1, CPU_COUNT(&cpus) / 2)) + "\n";
-  ChildProcess p({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--dry-run", "--", "echo", "hi"},
+  // The job's join timeout reaches the worker command as a variable (its
+  // own --join-timeout would win over it).
+  ChildProcess p({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--join-timeout", "90",
+                  "--dry-run", "--", "echo", "hi"},
                  merged(env));
   ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
   EXPECT_EQ(p.exit_code(), std::optional<int>(0)) << p.output();
   for (const std::string line : {"PARAFAB_ROLE=worker\n", "PARAFAB_RANK=1\n", "PARAFAB_SCHEDULER=localhost:9737\n",
-                                 "PARAFAB_NODE=127.0.0.1\n", "PARAFAB_NUM_SERVERS=2\n", "exec echo hi\n"}) {
+                                 "PARAFAB_NODE=127.0.0.1\n", "PARAFAB_NUM_SERVERS=2\n", "PARAFAB_JOIN_TIMEOUT=90\n",
+                                 "exec echo hi\n"}) {
     EXPECT_TRUE(contains(p.output(), line)) << line << "\n" << p.output();
   }
   EXPECT_TRUE(contains(p.output(), threads)) << threads << p.output();
@@ -270,6 +274,19 @@ TEST_F(ClusterEnv, DryRunShowsTheWorkersEnvironment) {
                     merged(env));
   ASSERT_TRUE(benchmarks::wait_for_exit({&kept}, Clock::now() + 30s)) << kept.output();
   EXPECT_FALSE(contains(kept.output(), "PARAFAB_THREADS=")) << kept.output();
+}
+
+// An IPv6 scheduler host goes to the others in brackets, so that its port
+// stays apart from the address (launch --hostfile with an IPv6 first host).
+TEST_F(ClusterEnv, DryRunWritesAnIpv6SchedulerInBrackets) {
+  std::vector<std::string> env = blank_launcher_variables();
+  env.insert(env.end(), {"PARAFAB_TOKEN_FILE=" + token_, "SLURM_PROCID=4", "SLURM_NTASKS=6",
+                         "SLURM_NODELIST=localhost,other[1-2]", "PARAFAB_SCHEDULER=[fe80::1]:9800"});
+  ChildProcess p({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--dry-run", "--", "echo", "hi"},
+                 merged(env));
+  ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
+  EXPECT_EQ(p.exit_code(), std::optional<int>(0)) << p.output();
+  EXPECT_TRUE(contains(p.output(), "PARAFAB_SCHEDULER=[fe80::1]:9800\n")) << p.output();
 }
 
 // A server's command carries the checkpoint flags (and --recover, for one
@@ -304,6 +321,16 @@ TEST_F(ClusterEnv, DryRunPassesCheckpointsToServersAndThePolicyToTheScheduler) {
     EXPECT_EQ(p.exit_code(), std::optional<int>(2)) << p.output();
     EXPECT_TRUE(contains(p.output(), std::string(flag) + " needs --checkpoint-dir")) << p.output();
   }
+  // Nor can checkpoints by clocks or time, as launch and server refuse too.
+  std::vector<std::string> env = blank_launcher_variables();
+  env.insert(env.end(), {"PARAFAB_TOKEN_FILE=" + token_, "SLURM_PROCID=4", "SLURM_NTASKS=6",
+                         "SLURM_NODELIST=localhost,other[1-2]"});
+  ChildProcess p({kBin, "node", "--servers", "2", "--workers", "3", "--iface", "lo", "--checkpoint-clocks", "50",
+                  "--dry-run", "--", "echo", "hi"},
+                 merged(env));
+  ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
+  EXPECT_EQ(p.exit_code(), std::optional<int>(2)) << p.output();
+  EXPECT_TRUE(contains(p.output(), "--checkpoint-clocks need --checkpoint-dir")) << p.output();
 }
 
 }  // namespace

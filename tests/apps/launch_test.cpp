@@ -125,10 +125,11 @@ INSTANTIATE_TEST_SUITE_P(Providers, LaunchCluster, ::testing::Values("tcp;ofi_rx
 
 TEST(Launch, WorkersSeeTheJobInTheirEnvironmentButNotTheToken) {
   // The workers never join, so the scheduler gives up after --join-timeout
-  // and the job fails; what matters here is what the workers saw.
+  // and the job fails; what matters here is what the workers saw (the join
+  // timeout too: a worker command's own --join-timeout defaults to it).
   const std::string script =
       "echo role=$PARAFAB_ROLE rank=$PARAFAB_RANK servers=$PARAFAB_NUM_SERVERS workers=$PARAFAB_NUM_WORKERS "
-      "provider=$PARAFAB_PROVIDER threads=$PARAFAB_THREADS; "
+      "provider=$PARAFAB_PROVIDER threads=$PARAFAB_THREADS join=$PARAFAB_JOIN_TIMEOUT; "
       "case \"$PARAFAB_SCHEDULER\" in 127.0.0.1:[0-9]*) echo scheduler-ok;; *) echo bad-scheduler;; esac; "
       "stat -c mode=%a \"$PARAFAB_TOKEN_FILE\"; "
       "env | grep -c -F -f \"$PARAFAB_TOKEN_FILE\" || true; "
@@ -142,7 +143,7 @@ TEST(Launch, WorkersSeeTheJobInTheirEnvironmentButNotTheToken) {
     // Each of the 2 workers gets half of the CPUs this process may use (at least 1).
     EXPECT_TRUE(contains(r.out, p + "role=worker rank=" + std::to_string(j) +
                                     " servers=1 workers=2 provider=shm threads=" +
-                                    std::to_string(std::max(1, usable_cpus() / 2)) + "\n"))
+                                    std::to_string(std::max(1, usable_cpus() / 2)) + " join=3\n"))
         << r.out;
     EXPECT_TRUE(contains(r.out, p + "scheduler-ok\n")) << r.out;
     EXPECT_TRUE(contains(r.out, p + "mode=600\n")) << r.out;

@@ -148,6 +148,30 @@ TEST(RoleDetection, ParafabSchedulerOverridesTheNodeListHost) {
   EXPECT_FALSE(p.scheduler_port.has_value());
 }
 
+// What launch writes for an IPv6 scheduler host: [ADDRESS]:PORT (a bare
+// IPv6 address is a host without a port).
+TEST(RoleDetection, ParafabSchedulerTakesIpv6InBrackets) {
+  const EnvMap base = {{"PARAFAB_ROLE", "worker"}, {"PARAFAB_RANK", "0"}};
+  auto placed = [&](const std::string& scheduler) {
+    EnvMap e = base;
+    e["PARAFAB_SCHEDULER"] = scheduler;
+    return detect_placement(e, k2x3);
+  };
+  NodePlacement p = placed("[fe80::1]:9737");
+  EXPECT_EQ(p.scheduler_host, "fe80::1");
+  EXPECT_EQ(p.scheduler_port, std::optional<uint16_t>(9737));
+  p = placed("[fe80::1]");
+  EXPECT_EQ(p.scheduler_host, "fe80::1");
+  EXPECT_FALSE(p.scheduler_port.has_value());
+  p = placed("fe80::1");
+  EXPECT_EQ(p.scheduler_host, "fe80::1");
+  EXPECT_FALSE(p.scheduler_port.has_value());
+  for (const std::string bad : {"[fe80::1", "[fe80::1]9737", "[fe80::1]:", "[fe80::1]:0", "[fe80::1]:x"}) {
+    EXPECT_ERROR_HAS(placed(bad), "PARAFAB_SCHEDULER='" + bad + "'");
+  }
+  EXPECT_ERROR_HAS(placed("[]:9737"), "no host");
+}
+
 TEST(RoleDetection, NothingSetNamesEveryScheme) {
   const std::string msg = error_of([] { (void)detect_placement({{"HOME", "/root"}}, k2x3); });
   for (const char* v : {"PARAFAB_ROLE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {

@@ -256,6 +256,16 @@ void Server::handle(const rdma::Message& message) {
   handle_decoded(message, d);
 }
 
+std::string Server::check_reply_size(uint64_t rows, uint64_t width) const {
+  // rows <= 2^32 (WireLimits::max_keys, or a table's rows) and width <= 2^20:
+  // the product cannot wrap.
+  const uint64_t bytes = rows * width * sizeof(float);
+  if (bytes <= options_.limits.max_reply_bytes) return "";
+  return std::to_string(rows) + " rows of width " + std::to_string(width) + " would need a reply of " +
+         std::to_string(bytes) + " bytes, more than the " + std::to_string(options_.limits.max_reply_bytes) +
+         " a reply may carry: pull fewer at a time";
+}
+
 std::string Server::check_request(const rdma::Message& message, const DecodedMessage& d) const {
   const WireHeader& h = d.header;
   const uint32_t first_worker = map_.num_servers();
@@ -267,6 +277,11 @@ std::string Server::check_request(const rdma::Message& message, const DecodedMes
            std::to_string(message.from);
   }
   if (!is_request(h.op)) return std::string("op '") + to_string(h.op) + "' is not a request a server answers";
+  if (h.clock < 0 || h.clock > kMaxWireClock || (h.op != Op::kClock && h.clock == kMaxWireClock)) {
+    return std::string(h.op == Op::kClock ? "clock message" : to_string(h.op)) + " at clock " +
+           std::to_string(h.clock) + ": a worker's clock is in [0, " +
+           std::to_string(kMaxWireClock) + (h.op == Op::kClock ? "]" : ")");
+  }
   if (h.op == Op::kClock) {
     if (h.key_count != 0 || h.payload_bytes != 0) return "clock message with keys or values";
     return "";
@@ -284,6 +299,9 @@ std::string Server::check_request(const rdma::Message& message, const DecodedMes
       return std::string(to_string(h.op)) + " of " + std::to_string(h.key_count) + " keys of width " +
              std::to_string(width) + " needs " + std::to_string(want) + " payload bytes, not " +
              std::to_string(h.payload_bytes);
+    }
+    if (h.op == Op::kPull) {
+      if (std::string err = check_reply_size(h.key_count, width); !err.empty()) return "pull of " + err;
     }
     // A server that owns every key (the only one) has nothing to check.
     const bool owns_all = range_.begin == 0 && range_.last;
@@ -311,6 +329,9 @@ std::string Server::check_request(const rdma::Message& message, const DecodedMes
   if (rows == 0 || first < mine.begin || first > mine.end || rows > mine.end - first) {
     return "rows [" + std::to_string(first) + ", +" + std::to_string(rows) + ") outside this server's rows [" +
            std::to_string(mine.begin) + ", " + std::to_string(mine.end) + ") of table " + std::to_string(h.table);
+  }
+  if (h.op == Op::kDensePull) {
+    if (std::string err = check_reply_size(rows, width); !err.empty()) return "dense pull of " + err;
   }
   const uint64_t want = h.op == Op::kDensePush ? rows * width * sizeof(float) : 0;
   if (h.payload_bytes != want) {
@@ -382,9 +403,9 @@ void Server::handle_decoded(const rdma::Message& message, const DecodedMessage& 
       k[kRegionValuesOffset] = static_cast<uint64_t>(reinterpret_cast<const std::byte*>(t.values()) -
                                                      static_cast<const std::byte*>(t.region()));
       k[kRegionClockOffset] = DenseTable::kClockWordOffset;
-      k[kRegionStaleness] = options_.consistency.kind == ConsistencyModel::Kind::kAsp
-                                ? kRegionNoBound
-                                : static_cast<uint64_t>(options_.consistency.staleness);
+      k[kRegionStaleness] = options_.consistency.kind == ConsistencyModel::Kind::kAsp ? kRegionNoBound
+                            : merge_rounds_                                          ? kRegionRounds
+                                               : static_cast<uint64_t>(options_.consistency.staleness);
       WireHeader r;
       r.op = Op::kDenseRegionReply;
       r.table = h.table;

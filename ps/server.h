@@ -23,8 +23,11 @@
 // that it has been. The worker meanwhile dedups and encodes its next push,
 // which would otherwise wait for the apply: 10^5 random keys one push at a
 // time, `bench kv`, five alternating pairs: mean 29 M keys/s before, 39 M
-// after. A dense push is still answered after its apply, because one-sided
-// readers do not pass through this thread (and, measured, answering a 1 MiB
+// after. A dense push is still answered after its apply (under BSP rounds,
+// after it is filed in its round: its region says so, ps::kRegionRounds,
+// and the worker reads its own pushed rows by message until the round's
+// clock is published), because one-sided readers do not pass through this
+// thread (and, measured, answering a 1 MiB
 // dense push first gained nothing here: with busy polling this thread also
 // receives the next push, which waits for the apply either way). In-process
 // callers that read a table or stats() right after a push's reply must first
@@ -205,8 +208,10 @@ class Server {
   // A push this server has seen before (SeenRequests); else notes it, and
   // its id as the last applied when it is the highest.
   bool is_retried_push(uint32_t worker, uint64_t request_id);
-  // Checks table, kind and sizes; returns an error text or "".
+  // Checks table, kind, sizes and clock; returns an error text or "".
   std::string check_request(const rdma::Message& message, const DecodedMessage& d) const;
+  // "" when a reply of `rows` x `width` floats fits options_.limits.max_reply_bytes, else why not.
+  std::string check_reply_size(uint64_t rows, uint64_t width) const;
 
   rdma::Endpoint& endpoint_;
   const ClusterMap& map_;

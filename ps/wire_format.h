@@ -1,8 +1,9 @@
 // The data plane's message format (DESIGN.md, "Wire format"): a fixed
 // 48-byte little-endian header, then `key_count` uint64 keys, then the
 // values (`payload_bytes`, floats for every op but kError, whose payload is
-// UTF-8 text). It rides as the payload of one rdma message; the rdma tag is
-// unused.
+// UTF-8 text). It rides as the payload of one rdma message; requests go
+// with rdma tag 0, replies with their request id as the tag (a worker lands
+// a large dense pull's reply by it, rdma::Endpoint::expect).
 //
 //   Header  magic u32 | version u16 | op u8 | flags u8 | table u32 | sender u32
 //           clock i64 | request id u64 | key count u64 | payload bytes u64
@@ -50,7 +51,12 @@ enum class Op : uint8_t {
 // `clock_offset`, and the rows' values from byte `values_offset`; and the
 // server's staleness bound s (0 under BSP, kRegionNoBound under ASP), so
 // that a one-sided reader at clock c keeps what it read only when the
-// published clock is >= c - s, as the server would answer a pull.
+// published clock is >= c - s, as the server would answer a pull. A server
+// that holds pushes back in rounds (BSP with more than one worker) says
+// kRegionRounds instead of 0: a push of round c is in its rows only once
+// the published clock is past c, so a reader that pushed at clock c since
+// reads by message until then (the server applies the reader's own rounds
+// before it answers a pull).
 enum DenseRegionKeys : size_t {
   kRegionBeginRow,
   kRegionEndRow,
@@ -63,6 +69,7 @@ enum DenseRegionKeys : size_t {
   kRegionKeyCount
 };
 inline constexpr uint64_t kRegionNoBound = ~uint64_t{0};
+inline constexpr uint64_t kRegionRounds = ~uint64_t{0} - 1;  // bound 0, pushes applied by rounds
 const char* to_string(Op op);
 // A push of either kind (sparse or dense): what a server applies once and a
 // clock waits for.
@@ -101,7 +108,20 @@ struct WireHeader {
 struct WireLimits {
   uint64_t max_keys = uint64_t{1} << 32;
   uint64_t max_payload_bytes = uint64_t{1} << 36;
+  // The most a server's pull reply may carry: a request for more (a small
+  // pull of a wide table asks for 4 x width bytes a key) is refused, not
+  // built. 4 GiB, what an endpoint receives by default
+  // (rdma::EndpointOptions::max_inbound_bytes): a larger reply would be
+  // dropped by the worker's transport and its pull time out.
+  uint64_t max_reply_bytes = uint64_t{4} << 30;
 };
+
+// A worker's clock on the wire: in [0, kMaxWireClock]; kMaxWireClock itself
+// only in a clock message, from a worker that has finished
+// (worker::KvClient::kFinishedClock). A server refuses a request outside,
+// so clock arithmetic (c - s, c + 1) cannot overflow and no push is filed
+// in a round that never ends.
+inline constexpr int64_t kMaxWireClock = int64_t{1} << 60;
 
 struct DecodedMessage {
   WireHeader header;

@@ -120,6 +120,14 @@ Status Endpoint::Impl::post(Operation* op, PostFn fn) {
     const ssize_t rc = fn(&pc->fi_ctx);
     if (rc == 0) {
       ++op->posted;  // only the posting thread reads it (finish_posting), no lock
+      if (op->kind == OpKind::kInbound) {
+        // Cancelled while this was posted (end_early_locked may have run
+        // between the context's adding and its post, and then cancelled
+        // nothing): cancel it now, or it would wait for a sender that is
+        // gone until the endpoint closes.
+        std::lock_guard lock(mu_);
+        if (op->cancelled) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
+      }
       return {};
     }
     if (rc != -FI_EAGAIN || Clock::now() >= deadline || stopping) {
@@ -429,7 +437,6 @@ LandingId Endpoint::expect(const Landing& landing) {
 
 bool Endpoint::withdraw(LandingId id) {
   Impl& m = *impl_;
-  std::vector<PostContext*> to_cancel;
   {
     std::lock_guard lock(m.mu_);
     const auto it = m.landings.find(id);
@@ -441,9 +448,8 @@ bool Endpoint::withdraw(LandingId id) {
     }
     // Its message is being received into the tail: cancel the receives; the
     // operation ends (finish_locked) once each has completed, cancelled or not.
-    (void)m.end_early_locked(*it->second.bound, StatusCode::kTimedOut, ": its landing was withdrawn", to_cancel);
+    (void)m.end_early_locked(*it->second.bound, StatusCode::kTimedOut, ": its landing was withdrawn");
   }
-  for (PostContext* pc : to_cancel) (void)fi_cancel(&m.ep.get()->fid, &pc->fi_ctx);
   const auto deadline = Clock::now() + m.options.timeout;
   for (;;) {
     {

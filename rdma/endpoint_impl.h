@@ -139,9 +139,11 @@ struct Operation {
     for (PostContext& pc : more_contexts) f(pc);
   }
 
-  // kInbound: the message being reassembled, and its place in its sender's order.
+  // kInbound: the message being reassembled, and its place in its sender's
+  // order; `incarnation` the sender's process (Impl::incarnation) it came from.
   Message message;
   uint64_t sequence = 0;
+  uint64_t incarnation = 0;
   size_t bytes = 0;
   // kInbound into a landing (Endpoint::expect): the message's first
   // head_bytes go to message.data, the rest to tail.
@@ -263,6 +265,16 @@ struct Endpoint::Impl {
     Clock::time_point gap_since;
   };
   std::unordered_map<PeerId, PeerOrder> order;
+  // By peer: how many times replace_peer gave it a new process (absent: 0).
+  // A message is delivered into its sender's order only while the process
+  // it came from is still the peer's: one of an old process that ends (a
+  // cancelled receive, a late eager message) must not take or fill a place
+  // in the new process's numbering, which starts again from 0.
+  std::unordered_map<PeerId, uint64_t> incarnation;
+  uint64_t incarnation_locked(PeerId peer) const {
+    const auto it = incarnation.find(peer);
+    return it == incarnation.end() ? 0 : it->second;
+  }
   std::vector<size_t> repost_pending;  // pool slots whose repost met -FI_EAGAIN
   // Whether repost_pending may be non-empty: read without mu_ on every
   // progress step, so an empty list costs no lock.
@@ -314,8 +326,9 @@ struct Endpoint::Impl {
   void finish_locked(Operation* op, std::vector<Operation*>& inbound_done);
   void deliver(std::vector<Operation*>& inbound_done);
   // Hands `message` (nullopt: the message failed) to the inbox in its
-  // sender's order; takes mu_, and inbox_mu_ inside it.
-  void deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message);
+  // sender's order; takes mu_, and inbox_mu_ inside it. One from an earlier
+  // incarnation of the peer is only counted.
+  void deliver_in_order(PeerId peer, uint64_t incarnation, uint64_t sequence, std::optional<Message> message);
   // Moves `ready` to the inbox (mu_ held; takes inbox_mu_). True when it
   // moved any: the caller notifies inbox_cv_ once the locks are let go.
   bool push_inbox_locked(std::span<Message> ready);
@@ -330,10 +343,15 @@ struct Endpoint::Impl {
   // completion or the close; an inbound message's receives are cancelled.
   void fail_ops_of(PeerId peer, fi_addr_t addr, const std::string& why);
   // Ends `op` before its completions (mu_ held), for a timeout or a gone
-  // peer: an inbound message's receives go to `to_cancel` (for fi_cancel
-  // once the lock is let go); a send's or RMA's future gets `code` and
-  // "<op> to <peer>" + why. False when it had ended already.
-  bool end_early_locked(Operation& op, StatusCode code, const std::string& why, std::vector<PostContext*>& to_cancel);
+  // peer: an inbound message's posted receives are cancelled (fi_cancel
+  // under mu_, so that no operation can end and free its contexts, or a new
+  // one take their addresses, in between; a receive posted after this sees
+  // `cancelled` and cancels itself, see post()); a send's or RMA's future
+  // gets `code` and "<op> to <peer>" + why. False when it had ended already.
+  bool end_early_locked(Operation& op, StatusCode code, const std::string& why);
+  // Whether a message of `peer` (its current process) numbered in [from,
+  // to) is being received (mu_ held): a gap in its order that is not one.
+  bool receiving_locked(PeerId peer, uint64_t from, uint64_t to);
   void repost(size_t slot);
   int enable_endpoint();
   // Addresses: throws FabricError naming `who` when the blob is not one of

@@ -60,15 +60,15 @@ void Endpoint::Impl::deliver(std::vector<Operation*>& inbound_done) {
     std::unique_ptr<Operation> owned(op);
     const bool ok = owned->first_error.ok() && !owned->cancelled;
     if (ok) {
-      deliver_in_order(owned->peer, owned->sequence, std::move(owned->message));
+      deliver_in_order(owned->peer, owned->incarnation, owned->sequence, std::move(owned->message));
     } else {
-      deliver_in_order(owned->peer, owned->sequence, std::nullopt);
+      deliver_in_order(owned->peer, owned->incarnation, owned->sequence, std::nullopt);
     }
   }
   inbound_done.clear();
 }
 
-void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optional<Message> message) {
+void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t inc, uint64_t sequence, std::optional<Message> message) {
   std::vector<Message> ready;
   bool pushed = false;
   {
@@ -77,6 +77,11 @@ void Endpoint::Impl::deliver_in_order(PeerId peer, uint64_t sequence, std::optio
     // otherwise hand them to the inbox in either order.
     std::lock_guard lock(mu_);
     if (!message) ++stats.inbound_failed;
+    if (inc != incarnation_locked(peer)) {
+      // From the process replace_peer replaced: a stranger's now.
+      if (message) ++stats.dropped_unknown_sender;
+      return;
+    }
     PeerOrder& po = order[peer];
     if (sequence < po.next_deliver) {
       // Its gap was already skipped by the timeout: too late to keep order.
@@ -139,6 +144,7 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
   }
   const std::byte* frame = pool_memory.data() + slot * eager_limit;
   PeerId peer = 0;
+  uint64_t inc = 0;
   {
     std::lock_guard lock(mu_);
     auto it = addr_peers.find(src);
@@ -147,6 +153,7 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
       src = FI_ADDR_NOTAVAIL;
     } else {
       peer = it->second;
+      inc = incarnation_locked(peer);
     }
   }
   if (src == FI_ADDR_NOTAVAIL) {
@@ -163,7 +170,7 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     m.from = peer;
     m.tag = header->user_tag;
     m.data = byte_buffer_of({frame + kFrameHeaderBytes, len - kFrameHeaderBytes});
-    deliver_in_order(peer, header->message_id, std::move(m));
+    deliver_in_order(peer, inc, header->message_id, std::move(m));
   } else {
     std::unique_ptr<Operation> owned =
         make_op(OpKind::kInbound, peer, src, "receive", header->total_bytes, "message", header->message_id);
@@ -171,6 +178,7 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     op->message.from = peer;
     op->message.tag = header->user_tag;
     op->sequence = header->message_id;
+    op->incarnation = inc;
     {
       std::lock_guard lock(mu_);
       bind_landing_locked(*op, *header);
@@ -305,25 +313,29 @@ int Endpoint::Impl::progress_once(bool block) {
 
 void Endpoint::Impl::sweep_deadlines() {
   const auto now = Clock::now();
-  std::vector<PostContext*> to_cancel;
   {
     std::lock_guard lock(mu_);
     ops.for_each([&](Operation& op) {
       if (now < op.deadline) return;
       const std::string why = " did not complete within " + std::to_string(options.timeout.count()) + " ms";
-      if (end_early_locked(op, StatusCode::kTimedOut, why, to_cancel)) ++stats.timed_out;
+      if (end_early_locked(op, StatusCode::kTimedOut, why)) ++stats.timed_out;
     });
   }
-  for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
 
   // A message that never came (its sender failed to post it) must not hold
-  // back the ones after it forever.
+  // back the ones after it forever. One still being received is not a gap:
+  // its own deadline, which each chunk's arrival moves on, ends it if it
+  // stops (a large message may take longer than the timeout in all).
   std::vector<Message> ready;
   bool pushed = false;
   {
     std::lock_guard lock(mu_);
     for (auto& [peer, po] : order) {
       if (po.held.empty() || now - po.gap_since < options.timeout) continue;
+      if (receiving_locked(peer, po.next_deliver, po.held.begin()->first)) {
+        po.gap_since = now;
+        continue;
+      }
       stats.skipped_in_order += po.held.begin()->first - po.next_deliver;
       po.next_deliver = po.held.begin()->first;
       drain_locked(po, ready);
@@ -334,14 +346,24 @@ void Endpoint::Impl::sweep_deadlines() {
   if (pushed) inbox_cv_.notify_all();
 }
 
-bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std::string& why,
-                                      std::vector<PostContext*>& to_cancel) {
+bool Endpoint::Impl::receiving_locked(PeerId peer, uint64_t from, uint64_t to) {
+  const uint64_t inc = incarnation_locked(peer);
+  bool found = false;
+  ops.for_each([&](Operation& op) {
+    found = found || (op.kind == OpKind::kInbound && !op.cancelled && op.peer == peer && op.incarnation == inc &&
+                      op.sequence >= from && op.sequence < to);
+  });
+  return found;
+}
+
+bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std::string& why) {
   if (op.cancelled) return false;
   if (op.kind == OpKind::kInbound) {
     // Receives can be cancelled; their FI_ECANCELED completions then
-    // finish the operation.
+    // finish the operation. Under mu_: the operation cannot end (and its
+    // contexts be freed and reused) meanwhile.
     op.cancelled = true;
-    op.for_each_context([&](PostContext& pc) { to_cancel.push_back(&pc); });
+    op.for_each_context([&](PostContext& pc) { (void)fi_cancel(&ep.get()->fid, &pc.fi_ctx); });
     return true;
   }
   if (op.fulfilled()) return false;
@@ -363,16 +385,12 @@ void Endpoint::Impl::release_large_place_locked(Operation& op) {
 }
 
 void Endpoint::Impl::fail_ops_of(PeerId peer, fi_addr_t addr, const std::string& why) {
-  std::vector<PostContext*> to_cancel;
-  {
-    std::lock_guard lock(mu_);
-    ops.for_each([&](Operation& op) {
-      if (op.kind == OpKind::kPoolBuffer || op.peer != peer) return;
-      if (addr != FI_ADDR_UNSPEC && op.peer_addr != addr) return;
-      (void)end_early_locked(op, StatusCode::kPeerError, ": " + why, to_cancel);
-    });
-  }
-  for (PostContext* pc : to_cancel) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
+  std::lock_guard lock(mu_);
+  ops.for_each([&](Operation& op) {
+    if (op.kind == OpKind::kPoolBuffer || op.peer != peer) return;
+    if (addr != FI_ADDR_UNSPEC && op.peer_addr != addr) return;
+    (void)end_early_locked(op, StatusCode::kPeerError, ": " + why);
+  });
 }
 
 int Endpoint::Impl::progress_step(bool may_block) {

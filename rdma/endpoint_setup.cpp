@@ -406,8 +406,11 @@ void Endpoint::replace_peer(PeerId peer, std::span<const std::byte> address) {
     old = m.peer_addrs.at(peer);
     m.addr_peers.erase(old);  // what still comes from the old address is from a stranger now
     m.map_peer_locked(peer, addr, name);
-    // A new process numbers its messages from 0, and expects ours from 0.
+    // A new process numbers its messages from 0, and expects ours from 0;
+    // what the old one's messages still in flight end in is not delivered
+    // into the new numbering (deliver_in_order).
     m.order.erase(peer);
+    ++m.incarnation[peer];
   }
   // What was in flight with the old process will not be answered by it.
   m.fail_ops_of(peer, old, "it was replaced by a new process at " + name);

@@ -367,6 +367,7 @@ std::future<rdma::Status> KvClient::push(uint32_t table, std::span<const uint64_
                   "push of " + std::to_string(keys.size()) + " keys of width " + std::to_string(w) + " needs " +
                       std::to_string(keys.size() * w) + " gradients, got " + std::to_string(grads.size())});
   }
+  if (keys.empty()) return ready({});  // nothing to send to any server
   const Split sp = split(keys);
   // Duplicates: their gradients are summed into the first occurrence's.
   const float* g = grads.data();
@@ -495,6 +496,11 @@ std::future<rdma::Status> KvClient::dense_push(uint32_t table, uint64_t first_ro
                                                           std::to_string(grads.size()) + " floats, not rows x " +
                                                           std::to_string(schema.width)});
   }
+  if (rows > 0) {
+    std::lock_guard lock(mu_);
+    int64_t& c = dense_push_clock_[table];
+    c = std::max(c, clock_.load());
+  }
   auto p = std::make_unique<Pending>();
   p->request_op = ps::Op::kDensePush;
   p->reply_op = ps::Op::kDensePushReply;
@@ -508,6 +514,13 @@ std::future<rdma::Status> KvClient::dense_push(uint32_t table, uint64_t first_ro
     p->messages[map_.server_rank(s)] = ps::encode_message_as<rdma::ByteBuffer>(h, range, std::as_bytes(rows_of_part));
   }
   return start(std::move(p));
+}
+
+std::optional<int64_t> KvClient::last_dense_push_clock(uint32_t table) const {
+  std::lock_guard lock(mu_);
+  const auto it = dense_push_clock_.find(table);
+  if (it == dense_push_clock_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool KvClient::dense_push_in_flight(uint32_t table) const {
@@ -596,6 +609,8 @@ rdma::Status KvClient::dense_region(uint32_t table, uint32_t server, DenseRegion
   out.key = rdma::RemoteKey{(*keys)[ps::kRegionAddress], (*keys)[ps::kRegionKey], (*keys)[ps::kRegionLength]};
   out.clock_offset = (*keys)[ps::kRegionClockOffset];
   out.staleness = (*keys)[ps::kRegionStaleness];
+  out.rounds = out.staleness == ps::kRegionRounds;
+  if (out.rounds) out.staleness = 0;
   if (out.clock_offset % 8 != 0 || out.clock_offset < 8 || out.clock_offset > kMaxClockOffset ||
       out.clock_offset + 8 > out.values_offset || out.values_offset > out.key.length) {
     return rdma::Status(rdma::StatusCode::kPeerError,
@@ -633,6 +648,7 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
     DenseRegion region;
     uint64_t offset = 0, bytes = 0;  // the rows' place in the region
     bool read = false, by_message = false;
+    std::optional<int64_t> pushed_at;  // this worker's clock at its last dense push to the table
     // A small shard is read with the words before it in one read: `whole`
     // holds [0, offset + bytes); otherwise head holds the words up to the clock.
     std::vector<uint64_t> whole;
@@ -650,7 +666,9 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
     const uint64_t row_bytes = uint64_t{schema.width} * sizeof(float);
     // Read-my-writes: a dense push of this worker to the table not
     // answered yet may not be applied; a message pull is answered after it.
+    // Under BSP rounds an answered one may still wait in its round (below).
     const bool pushing = dense_push_in_flight(sl.table);
+    const std::optional<int64_t> pushed_at = last_dense_push_clock(sl.table);
     for (const auto [s, b, e] : dense_parts(schema, sl.first_row, sl.rows)) {
       Shard& sh = shards.emplace_back();
       sh.table = sl.table;
@@ -668,6 +686,7 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
       sh.offset = sh.region.values_offset + (b - sh.region.begin_row) * row_bytes;
       sh.bytes = (e - b) * row_bytes;
       sh.by_message = pushing;
+      sh.pushed_at = pushed_at;
     }
   }
   auto wait_all = [&](auto&& which) -> rdma::Status {
@@ -704,6 +723,11 @@ rdma::Status KvClient::dense_read(std::span<const DenseSlice> slices, int64_t* d
       if (s != ps::kRegionNoBound &&
           sh.published() < my_clock - static_cast<int64_t>(std::min<uint64_t>(s, uint64_t{1} << 62))) {
         sh.by_message = true;  // beyond the bound: the server parks a message pull until it holds
+      }
+      if (sh.region.rounds && sh.pushed_at && *sh.pushed_at >= sh.published()) {
+        // Its push of round *pushed_at is applied once the published clock
+        // is past it; a message pull is answered after it (read-my-writes).
+        sh.by_message = true;
       }
     }
     auto even = [&](const Shard& sh) { return reading(sh) && (sh.version() & 1) == 0; };

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -147,7 +148,7 @@ class KvClient {
   // than others do not hold them back). Its own later pulls still carry its
   // last clock, so they are answered. No clock() may follow.
   std::future<rdma::Status> finish();
-  static constexpr int64_t kFinishedClock = int64_t{1} << 60;
+  static constexpr int64_t kFinishedClock = ps::kMaxWireClock;
   // How far back (in request ids) resend_after still sends a request again:
   // half a server's window of ids it tells apart (ps::SeenRequests).
   static constexpr uint64_t kResendWindow = ps::SeenRequests::kWindow / 2;
@@ -236,8 +237,12 @@ class KvClient {
   struct DenseRegion {
     uint64_t begin_row = 0, end_row = 0, values_offset = 0, clock_offset = 0;
     uint64_t staleness = ps::kRegionNoBound;  // the server's bound s
+    bool rounds = false;  // the server applies pushes by BSP rounds (ps::kRegionRounds; staleness 0)
     rdma::RemoteKey key;
   };
+  // By dense table: this worker's clock at its last dense push to it (mu_),
+  // for dense_read's read-my-writes under BSP rounds.
+  std::map<uint32_t, int64_t> dense_push_clock_;
   rdma::Status dense_region(uint32_t table, uint32_t server, DenseRegion& out);
   std::mutex regions_mu_;
   std::map<std::pair<uint32_t, uint32_t>, DenseRegion> regions_;  // (table, server rank)
@@ -255,6 +260,7 @@ class KvClient {
   std::vector<DensePart> dense_parts(const ps::TableSchema& schema, uint64_t first_row, uint64_t rows) const;
   // A dense push of this worker to the table is unanswered (dense_read's read-my-writes).
   bool dense_push_in_flight(uint32_t table) const;
+  std::optional<int64_t> last_dense_push_clock(uint32_t table) const;
 
   std::atomic<bool> stop_{false};
   std::thread receiver_;

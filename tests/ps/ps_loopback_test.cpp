@@ -565,6 +565,42 @@ TEST_P(PsLoopback, OneSidedReadsSeeTheirOwnPushesAndKeepTheSspBound) {
   }
 }
 
+// Under BSP rounds an answered dense push still waits in its round until
+// every worker has ended it: the pusher's one-sided read of that clock goes
+// by message (the server applies the pusher's own round first), and reads
+// one-sided again once the round is applied and its clock published.
+TEST_P(PsLoopback, OneSidedReadsUnderBspSeeTheirOwnPushesBeforeTheRoundEnds) {
+  constexpr uint64_t kRows = 8;
+  constexpr uint32_t kWidth = 4;
+  Job job(GetParam(), 2, 2, {sgd_table(2, kWidth, TableKind::kDense, kRows)}, ConsistencyModel::parse("bsp"));
+  job.start();
+  KvClient& w0 = job.worker(0);
+  std::vector<float> out(kRows * kWidth);
+  const rdma::Status probe = w0.dense_read(2, 0, kRows, out.data());
+  if (probe.code() == rdma::StatusCode::kUnsupported) GTEST_SKIP() << probe.to_string();
+  ASSERT_TRUE(probe.ok()) << probe.to_string();
+  EXPECT_EQ(w0.dense_read_fallbacks(), 0u);
+  std::vector<float> g(kRows * kWidth);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = -static_cast<float>(i % 5 + 1);  // SGD lr 1: value -= g
+  ASSERT_TRUE(w0.dense_push(2, 0, kRows, g).get().ok());  // answered, and waiting in round 0
+  int64_t data_clock = -1;
+  ASSERT_TRUE(w0.dense_read(2, 0, kRows, out.data(), &data_clock).ok());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(out[i], -g[i]) << "float " << i;
+  EXPECT_EQ(w0.dense_read_fallbacks(), 2u);  // both shards by message
+  // Worker 1, which did not push, reads one-sided what is applied: worker
+  // 0's round was applied for worker 0's pull (read-my-writes).
+  std::vector<float> other(kRows * kWidth);
+  ASSERT_TRUE(job.worker(1).dense_read(2, 0, kRows, other.data()).ok());
+  EXPECT_EQ(job.worker(1).dense_read_fallbacks(), 0u);
+  // Both end round 0: it is published, and worker 0 reads one-sided again.
+  ASSERT_TRUE(w0.clock().get().ok());
+  ASSERT_TRUE(job.worker(1).clock().get().ok());
+  ASSERT_TRUE(w0.dense_read(2, 0, kRows, out.data(), &data_clock).ok());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(out[i], -g[i]) << "float " << i;
+  EXPECT_EQ(data_clock, 1);
+  EXPECT_EQ(w0.dense_read_fallbacks(), 2u);
+}
+
 // Under BSP a round is applied when every worker ended it; a one-sided read
 // of the next clock sees the whole round, whichever path it took.
 TEST_P(PsLoopback, OneSidedReadsUnderBspSeeWholeRounds) {
@@ -751,7 +787,10 @@ TEST(PsBspRounds, AWorkersPullAppliesTheRoundHoldingItsOwnPush) {
 }
 
 TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
-  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10)}, {}, /*raw_workers=*/1);
+  // Table 2: 4 MiB a key, so that a pull of 1025 keys asks for a reply past
+  // the 4 GiB one may carry (WireLimits::max_reply_bytes).
+  Job job("tcp;ofi_rxm", 1, 2, {sgd_table(0, 2), sgd_table(1, 2, TableKind::kDense, 10), sgd_table(2, 1u << 20)}, {},
+          /*raw_workers=*/1);
   job.start();
   rdma::Endpoint& rogue = job.endpoint(2);  // worker 1's endpoint, speaking raw bytes
   auto send_raw = [&](std::vector<std::byte> bytes) {
@@ -773,8 +812,23 @@ TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
   auto garbage = encode_message(h, {&key, 1}, two);
   garbage[0] = std::byte{0};
   bad.push_back(garbage);  // bad magic
+  // Clocks a worker never sends: negative, past a finished worker's, and a
+  // finished worker's on anything but a clock message.
+  bad.push_back(encode_message(WireHeader{.op = Op::kPush, .table = 0, .sender = 2, .clock = -1}, {&key, 1}, two));
+  bad.push_back(encode_message(WireHeader{.op = Op::kPush, .table = 0, .sender = 2,
+                                          .clock = std::numeric_limits<int64_t>::max()},
+                               {&key, 1}, two));
+  bad.push_back(encode_message(WireHeader{.op = Op::kPull, .table = 0, .sender = 2, .clock = kMaxWireClock}, {&key, 1},
+                               std::span<const float>()));
+  bad.push_back(encode_message(WireHeader{.op = Op::kClock, .sender = 2, .clock = kMaxWireClock + 1}, {},
+                               std::span<const float>()));
+  std::vector<uint64_t> many(1025);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = i + 1;
+  bad.push_back(encode_message(WireHeader{.op = Op::kPull, .table = 2, .sender = 2}, many,
+                               std::span<const float>()));  // a reply of 4 GiB + 4 MiB
   for (auto& b : bad) send_raw(b);
   size_t errors = 0;
+  std::vector<std::string> texts;
   while (errors < bad.size()) {
     auto m = rogue.receive(std::chrono::seconds(10));
     ASSERT_TRUE(m) << "only " << errors << " error replies";
@@ -782,9 +836,19 @@ TEST(PsValidation, BadMessagesGetErrorsAndTheServerKeepsServing) {
     ASSERT_FALSE(decode_message(m->data, WireLimits{}, d));
     EXPECT_EQ(d.header.op, Op::kError);
     EXPECT_FALSE(d.error_text.empty());
+    texts.push_back(d.error_text);
     ++errors;
   }
   EXPECT_EQ(job.server(0).stats().bad_messages, bad.size());
+  auto said = [&](const std::string& what) {
+    return std::any_of(texts.begin(), texts.end(), [&](const std::string& t) { return t.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(said("push at clock -1: a worker's clock is in [0, 1152921504606846976)"));
+  EXPECT_TRUE(said("pull at clock 1152921504606846976"));
+  EXPECT_TRUE(said("clock message at clock 1152921504606846977: a worker's clock is in [0, 1152921504606846976]"));
+  EXPECT_TRUE(said("pull of 1025 rows of width 1048576 would need a reply of 4299161600 bytes, more than the "
+                   "4294967296 a reply may carry"));
+  EXPECT_EQ(job.server(0).sparse_table(0)->size(), 0u);  // no refused push was filed or applied
   // The other worker is served as before.
   const std::vector<uint64_t> keys = {1, 2};
   const std::vector<float> g = {1, 1, 1, 1};

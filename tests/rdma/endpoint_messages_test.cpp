@@ -107,13 +107,7 @@ TEST_P(EndpointPerProvider, ScatterGatherWithMorePiecesThanTheIovLimit) {
   auto eps = make_mesh(2, o);
   const auto whole = pattern(0, 5, 100 * kKiB + 11);
   // 37 pieces of uneven sizes, some empty.
-  std::vector<ConstBuffer> pieces;
-  size_t at = 0;
-  for (size_t i = 0; at < whole.size(); ++i) {
-    const size_t n = std::min(whole.size() - at, (i % 5 == 0) ? size_t{0} : 97 * i + 13);
-    pieces.push_back({whole.data() + at, n});
-    at += n;
-  }
+  const std::vector<ConstBuffer> pieces = testing::uneven_pieces(whole, 5, 97, 13);
   ASSERT_GT(pieces.size(), 8u);
   auto fut = eps[0]->send(1, 77, pieces);
   auto msg = eps[1]->receive(std::chrono::seconds(20));

@@ -100,13 +100,7 @@ TEST_P(EndpointMrLocal, ScatterGatherPiecesAndGatheredChunksArriveWhole) {
   o.max_message_bytes = 8 * kKiB;
   auto eps = make_mesh(2, o);
   const auto whole = pattern(0, 9, 150 * kKiB + 17);
-  std::vector<ConstBuffer> pieces;
-  size_t at = 0;
-  for (size_t i = 0; at < whole.size(); ++i) {
-    const size_t n = std::min(whole.size() - at, (i % 7 == 0) ? size_t{0} : 61 * i + 5);
-    pieces.push_back({whole.data() + at, n});
-    at += n;
-  }
+  const std::vector<ConstBuffer> pieces = testing::uneven_pieces(whole, 7, 61, 5);
   ASSERT_GT(pieces.size(), 40u);
   const uint64_t before = eps[0]->stats().local_registrations;
   auto sent = eps[0]->send(1, 77, pieces);

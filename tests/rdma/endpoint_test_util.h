@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,21 @@ inline std::vector<std::byte> pattern(uint64_t peer, uint64_t msg, size_t n) {
   std::vector<std::byte> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = pattern_byte(peer, msg, i);
   return v;
+}
+
+// `whole` cut into consecutive pieces of uneven sizes: piece i is empty
+// when i % empty_every == 0, else step * i + base bytes (the last one what
+// is left), so chunks of a message span several pieces, some none.
+inline std::vector<ConstBuffer> uneven_pieces(const std::vector<std::byte>& whole, size_t empty_every, size_t step,
+                                              size_t base) {
+  std::vector<ConstBuffer> pieces;
+  size_t at = 0;
+  for (size_t i = 0; at < whole.size(); ++i) {
+    const size_t n = std::min(whole.size() - at, (i % empty_every == 0) ? size_t{0} : step * i + base);
+    pieces.push_back({whole.data() + at, n});
+    at += n;
+  }
+  return pieces;
 }
 
 // The first differing position, or -1.

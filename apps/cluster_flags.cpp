@@ -32,8 +32,8 @@ void add_cluster_flags(CLI::App* cmd, ClusterFlags& f) {
   cmd->add_option("--node", f.node, "Address the fabric endpoint binds (else $PARAFAB_NODE, default 127.0.0.1)");
   cmd->add_option("--rank", f.role_rank, "This node's index among its role (else $PARAFAB_RANK; default: order of joining)");
   cmd->add_option("--join-timeout", f.join_timeout_s,
-                  "Seconds to wait for the whole job to join (parafab launch and parafab node give their workers "
-                  "their own --join-timeout through the variable)")
+                  "Seconds to wait for the whole job to join (parafab launch and parafab node pass theirs to "
+                  "their workers through the variable)")
       ->envname("PARAFAB_JOIN_TIMEOUT")
       ->check(kPositiveNumber)
       ->capture_default_str();

@@ -120,14 +120,6 @@ Status Endpoint::Impl::post(Operation* op, PostFn fn) {
     const ssize_t rc = fn(&pc->fi_ctx);
     if (rc == 0) {
       ++op->posted;  // only the posting thread reads it (finish_posting), no lock
-      if (op->kind == OpKind::kInbound) {
-        // Cancelled while this was posted (end_early_locked may have run
-        // between the context's adding and its post, and then cancelled
-        // nothing): cancel it now, or it would wait for a sender that is
-        // gone until the endpoint closes.
-        std::lock_guard lock(mu_);
-        if (op->cancelled) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
-      }
       return {};
     }
     if (rc != -FI_EAGAIN || Clock::now() >= deadline || stopping) {
@@ -446,9 +438,11 @@ bool Endpoint::withdraw(LandingId id) {
       m.landings.erase(it);
       return true;
     }
-    // Its message is being received into the tail: cancel the receives; the
-    // operation ends (finish_locked) once each has completed, cancelled or not.
-    (void)m.end_early_locked(*it->second.bound, StatusCode::kTimedOut, ": its landing was withdrawn");
+    // Its message is being received into the tail: cancel those receives,
+    // and receive the rest of the message into scratch (its sender's chunks
+    // must all find a receive); the landing is released once each receive
+    // into it has ended, cancelled or not.
+    m.start_drain_locked(*it->second.bound);
   }
   const auto deadline = Clock::now() + m.options.timeout;
   for (;;) {

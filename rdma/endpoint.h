@@ -139,11 +139,13 @@ class Endpoint {
   // head first (any message of that size and tag from that peer fills it).
   LandingId expect(const Landing& landing);
   // Ends a landing, used or not; 0 is ignored. When it returns true, the
-  // endpoint writes the tail no more: a message landing at that moment is
-  // cancelled (counted in inbound_failed, as a failed message) and its
-  // receives waited for, at most the timeout. False only if they had still
-  // not ended then; as after an RMA's timeout, the provider may then write
-  // the tail until the endpoint is destroyed.
+  // endpoint writes the tail no more: a message landing at that moment has
+  // its receives into the tail cancelled and waited for, at most the
+  // timeout; the rest of it is received into scratch, so that its sender's
+  // send completes, and then dropped (counted in inbound_failed, as a failed
+  // message). False only if those receives had still not ended then; as
+  // after an RMA's timeout, the provider may then write the tail until the
+  // endpoint is destroyed.
   bool withdraw(LandingId id);
 
   // The operation's Status, driving progress while waiting where nothing

@@ -67,6 +67,10 @@ inline Clock::time_point coarse_now() {
 // shm, streaming 8 in flight: 8 and 16 KiB 10% slower with the limit of 2,
 // 32 KiB even, 64 KiB 1.7-2x faster.
 inline constexpr uint64_t kLargeLimitMinBytes = 32 * 1024;
+// At most this many chunk receives of one inbound message are posted at a
+// time (and at most a quarter of max_in_flight): a header announcing chunks
+// that never come holds no more slots than that.
+inline constexpr size_t kChunkWindow = 16;
 // How long a shm peer's process counts as alive after a check (lookup_locked).
 inline constexpr std::chrono::milliseconds kShmAliveCheckEvery{1};
 
@@ -85,6 +89,7 @@ struct PostContext {
   fi_context2 fi_ctx;
   Operation* op = nullptr;
   size_t index = 0;  // receive-pool slot, or chunk number
+  bool into_tail = false;  // a chunk receive writing into a landing's tail
 };
 
 enum class OpKind { kSend, kRma, kInbound, kPoolBuffer };
@@ -150,6 +155,29 @@ struct Operation {
   LandingId landing = 0;
   size_t head_bytes = 0;
   std::byte* tail = nullptr;
+  // kInbound: its chunk receives, posted a window at a time (post_more_chunks),
+  // more as they complete, so that a header announcing chunks that never
+  // come holds a few slots, not all of them, and no thread waits for room.
+  uint64_t chunk_bytes = 0;
+  uint64_t chunks = 0;      // in all
+  uint64_t next_chunk = 0;  // the next to post (mu_)
+  void* head_desc = nullptr;  // FI_MR_LOCAL descriptors of message.data and tail
+  void* tail_desc = nullptr;
+  // Whether one thread has the right to post its chunks: it is posting, or
+  // the operation waits in chunk_pending for room (mu_). Only the holder
+  // sets all_posted, so an operation with the right is never finished.
+  bool chunk_poster = false;
+  PostContext* unposted = nullptr;  // a context whose post met -FI_EAGAIN, for the retry
+  // Withdrawn from its landing while its sender still sends (withdraw(),
+  // start_drain_locked): the receives into the tail are cancelled, and the
+  // chunks not yet received, those cancelled included (`redo`), go to
+  // `scratch`, so that the sender's chunks all find a receive and its send
+  // completes; the message is then dropped as failed.
+  bool draining = false;
+  std::vector<uint64_t> redo;
+  std::vector<std::byte> scratch;
+  size_t tail_receives = 0;  // receives into the landing's tail not yet ended
+  bool landing_released = false;  // release_landing_locked has run
 
   // Links of OpTable (mu_).
   Operation* prev_op = nullptr;
@@ -279,6 +307,14 @@ struct Endpoint::Impl {
   // Whether repost_pending may be non-empty: read without mu_ on every
   // progress step, so an empty list costs no lock.
   std::atomic<bool> has_repost_pending{false};
+  // Inbound messages whose next chunk receive found no room (no slot, or
+  // -FI_EAGAIN): progress_step posts more of them. They hold their posting
+  // right (Operation::chunk_poster) while here.
+  std::vector<Operation*> chunk_pending;
+  std::atomic<bool> has_chunk_pending{false};
+  // Chunk receives of one inbound message posted at a time: kChunkWindow,
+  // or a quarter of max_in_flight when that is less (at least one).
+  size_t chunk_window = 1;
   // Large sends in flight per peer, and the most allowed (0: no limit).
   std::unordered_map<PeerId, size_t> large_in_flight;
   size_t large_limit = 0;
@@ -346,7 +382,7 @@ struct Endpoint::Impl {
   // peer: an inbound message's posted receives are cancelled (fi_cancel
   // under mu_, so that no operation can end and free its contexts, or a new
   // one take their addresses, in between; a receive posted after this sees
-  // `cancelled` and cancels itself, see post()); a send's or RMA's future
+  // `cancelled` and cancels itself, see post_more_chunks()); a send's or RMA's future
   // gets `code` and "<op> to <peer>" + why. False when it had ended already.
   bool end_early_locked(Operation& op, StatusCode code, const std::string& why);
   // Whether a message of `peer` (its current process) numbered in [from,
@@ -396,10 +432,24 @@ struct Endpoint::Impl {
   fi_addr_t lookup_locked(PeerId peer, Status& err) const;
   Completion rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote, uint64_t offset,
                  const MemoryRegion* local_region);
+  // Prepares `op` (a large message announced by `h`) for its chunk
+  // receives and posts the first window of them.
   void post_inbound_chunks(Operation* op, const FrameHeader& h);
+  // Posts more of `op`'s chunk receives, while fewer than chunk_window are
+  // outstanding and slots are free, never waiting: without room it parks
+  // the operation in chunk_pending. Once every chunk is posted, or the
+  // operation is cancelled or a post failed, marks it all_posted (finishing
+  // it when nothing is outstanding). The caller holds op's posting right.
+  void post_more_chunks(Operation* op);
   // Binds `op` (a large message announced by `h`) to the landing waiting
   // for it, if there is one it fits (mu_ held).
   void bind_landing_locked(Operation& op, const FrameHeader& h);
+  // Withdraws `op`'s landing while the message goes on (mu_ held): cancels
+  // its receives and drains the rest (Operation::draining). The landing is
+  // released once no receive into its tail is left (release_landing_locked).
+  void start_drain_locked(Operation& op);
+  // Erases op's landing, waking withdraw() (mu_ held); once.
+  void release_landing_locked(Operation& op);
 };
 
 }  // namespace parafab::rdma

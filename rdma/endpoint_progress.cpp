@@ -6,6 +6,9 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
 
 #include "rdma/fabric_error.h"
 
@@ -33,9 +36,8 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
   if (op->kind == OpKind::kInbound) {
     if (op->landing != 0) {
       // Every receive into the tail has ended: withdraw() may return.
-      landings.erase(op->landing);
       op->message.landed = {op->tail, op->bytes - op->head_bytes};
-      landing_cv.notify_all();
+      release_landing_locked(*op);
     }
     inbound_done.push_back(ops.release(op).release());  // deliver() takes ownership, failed or not
     return;
@@ -58,7 +60,7 @@ void Endpoint::Impl::finish_locked(Operation* op, std::vector<Operation*>& inbou
 void Endpoint::Impl::deliver(std::vector<Operation*>& inbound_done) {
   for (Operation* op : inbound_done) {
     std::unique_ptr<Operation> owned(op);
-    const bool ok = owned->first_error.ok() && !owned->cancelled;
+    const bool ok = owned->first_error.ok() && !owned->cancelled && !owned->draining;
     if (ok) {
       deliver_in_order(owned->peer, owned->incarnation, owned->sequence, std::move(owned->message));
     } else {
@@ -211,44 +213,137 @@ void Endpoint::Impl::bind_landing_locked(Operation& op, const FrameHeader& h) {
 }
 
 void Endpoint::Impl::post_inbound_chunks(Operation* op, const FrameHeader& h) {
-  const uint64_t n = chunk_count(h.total_bytes, h.chunk_bytes);
-  // Message bytes [0, head) go to message.data, the rest to the landing's tail.
-  const uint64_t head = op->landing != 0 ? op->head_bytes : h.total_bytes;
+  op->chunk_bytes = h.chunk_bytes;
+  op->chunks = chunk_count(h.total_bytes, h.chunk_bytes);
   Status st;
-  void* head_desc = nullptr;
-  void* tail_desc = nullptr;
   try {
-    head_desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
-    if (op->landing != 0) tail_desc = local_desc(*op, op->tail, h.total_bytes - head, FI_RECV);
+    op->head_desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
+    if (op->landing != 0) op->tail_desc = local_desc(*op, op->tail, h.total_bytes - op->head_bytes, FI_RECV);
   } catch (const FabricError& e) {
     st = Status(StatusCode::kPeerError, e.what());
   }
-  for (uint64_t k = 0; k < n && st.ok(); ++k) {
+  {
+    std::lock_guard lock(mu_);
+    op->chunk_poster = true;
+    if (!st.ok()) op->first_error = st;
+  }
+  post_more_chunks(op);
+}
+
+void Endpoint::Impl::post_more_chunks(Operation* op) {
+  // Message bytes [0, head) go to message.data, the rest to the landing's tail.
+  const uint64_t head = op->landing != 0 ? op->head_bytes : op->bytes;
+  std::vector<Operation*> inbound_done;
+  for (;;) {
+    PostContext* pc = nullptr;
+    uint64_t k = 0;
+    bool redone = false;  // k came from op->redo
+    bool drain = false;
     {
       std::lock_guard lock(mu_);
-      if (op->cancelled) break;  // withdrawn, timed out or its peer gone: post no more
+      if (op->cancelled || !op->first_error.ok() || (op->next_chunk == op->chunks && op->redo.empty()) ||
+          stopping) {
+        // Timed out, its peer gone, a post failed, or all posted: post no
+        // more; the last outstanding receive finishes it.
+        op->chunk_poster = false;
+        op->planned = op->posted;
+        op->all_posted = true;
+        if (op->completed == op->planned) finish_locked(op, inbound_done);
+        break;
+      }
+      if (op->posted - op->completed >= chunk_window) {
+        op->chunk_poster = false;  // a completion takes the right back (dispatch)
+        break;
+      }
+      if (!take_slot_locked()) {
+        chunk_pending.push_back(op);
+        has_chunk_pending.store(true, std::memory_order_release);
+        break;
+      }
+      redone = !op->redo.empty();
+      if (redone) {
+        k = op->redo.back();
+        op->redo.pop_back();
+      } else {
+        k = op->next_chunk;
+      }
+      drain = op->draining;
+      pc = op->unposted != nullptr ? std::exchange(op->unposted, nullptr) : add_context_locked(*op);
+      pc->index = k;
     }
-    const uint64_t lo = k * h.chunk_bytes;
-    const uint64_t hi = lo + std::min<uint64_t>(h.chunk_bytes, h.total_bytes - lo);
+    const uint64_t lo = k * op->chunk_bytes;
+    const uint64_t hi = lo + std::min<uint64_t>(op->chunk_bytes, op->bytes - lo);
     std::array<iovec, 2> iov;
     std::array<void*, 2> desc{};
     size_t parts = 0;
-    if (lo < head) {
-      iov[parts] = {op->message.data.data() + lo, static_cast<size_t>(std::min(hi, head) - lo)};
-      desc[parts++] = head_desc;
+    if (drain) {
+      // Only the chunk's bytes matter (they are thrown away); the scratch is
+      // one chunk, shared by the draining receives in flight.
+      iov[parts++] = {op->scratch.data(), static_cast<size_t>(hi - lo)};
+    } else {
+      if (lo < head) {
+        iov[parts] = {op->message.data.data() + lo, static_cast<size_t>(std::min(hi, head) - lo)};
+        desc[parts++] = op->head_desc;
+      }
+      if (hi > head) {
+        const uint64_t from = std::max(lo, head);
+        iov[parts] = {op->tail + (from - head), static_cast<size_t>(hi - from)};
+        desc[parts++] = op->tail_desc;
+      }
     }
-    if (hi > head) {
-      const uint64_t from = std::max(lo, head);
-      iov[parts] = {op->tail + (from - head), static_cast<size_t>(hi - from)};
-      desc[parts++] = tail_desc;
+    pc->into_tail = !drain && hi > head;
+    const uint64_t tag = chunk_tag(op->sequence, k);
+    const ssize_t rc =
+        parts == 1 ? fi_trecv(ep.get(), iov[0].iov_base, iov[0].iov_len, desc[0], op->peer_addr, tag, 0, &pc->fi_ctx)
+                   : fi_trecvv(ep.get(), iov.data(), desc.data(), parts, op->peer_addr, tag, 0, &pc->fi_ctx);
+    std::lock_guard lock(mu_);
+    if (rc == 0) {
+      ++op->posted;
+      ++stats.chunk_receives_posted;
+      if (!redone) ++op->next_chunk;
+      if (pc->into_tail) ++op->tail_receives;
+      // Cancelled while this was posted (end_early_locked or
+      // start_drain_locked may have run between the context's adding and its
+      // post, and then cancelled nothing): cancel it now, or it would wait
+      // for a sender that is gone until the endpoint closes, or write a
+      // withdrawn landing.
+      if (op->cancelled || (op->draining && pc->into_tail)) (void)fi_cancel(&ep.get()->fid, &pc->fi_ctx);
+      continue;
     }
-    const uint64_t tag = chunk_tag(h.message_id, k);
-    st = post(op, [&](void* ctx) {
-      return parts == 1 ? fi_trecv(ep.get(), iov[0].iov_base, iov[0].iov_len, desc[0], op->peer_addr, tag, 0, ctx)
-                        : fi_trecvv(ep.get(), iov.data(), desc.data(), parts, op->peer_addr, tag, 0, ctx);
-    });
+    release_slots_locked(1);
+    if (redone) op->redo.push_back(k);
+    if (rc == -FI_EAGAIN) {
+      // The provider's receive queue is full: try again from progress_step,
+      // once completions have made room; the deadline ends it meanwhile.
+      op->unposted = pc;
+      chunk_pending.push_back(op);
+      has_chunk_pending.store(true, std::memory_order_release);
+      break;
+    }
+    op->first_error = Status(StatusCode::kPeerError, op->describe() + " from " + describe_peer_locked(op->peer) +
+                                                         ": post failed: " + fi_strerror(static_cast<int>(-rc)));
   }
-  (void)finish_posting(op, st);
+  slots_cv_.notify_all();
+  deliver(inbound_done);
+}
+
+void Endpoint::Impl::start_drain_locked(Operation& op) {
+  if (op.cancelled || op.draining) return;
+  op.draining = true;
+  // Drained receives share one chunk of scratch (the message may be a
+  // single chunk, so up to its size).
+  op.scratch.resize(std::min<uint64_t>(op.chunk_bytes, op.bytes));
+  op.for_each_context([&](PostContext& pc) {
+    if (pc.into_tail) (void)fi_cancel(&ep.get()->fid, &pc.fi_ctx);
+  });
+  if (op.tail_receives == 0) release_landing_locked(op);
+}
+
+void Endpoint::Impl::release_landing_locked(Operation& op) {
+  if (op.landing_released) return;
+  op.landing_released = true;
+  landings.erase(op.landing);
+  landing_cv.notify_all();
 }
 
 void Endpoint::Impl::dispatch(PostContext* pc, fi_addr_t src, size_t len, const Status& err, int err_code) {
@@ -258,21 +353,32 @@ void Endpoint::Impl::dispatch(PostContext* pc, fi_addr_t src, size_t len, const 
     return;
   }
   std::vector<Operation*> inbound_done;
+  bool post_more = false;
   {
     std::lock_guard lock(mu_);
     ++op->completed;
-    if (!err.ok() && op->first_error.ok()) op->first_error = err;
+    if (op->kind == OpKind::kInbound && op->draining && !op->cancelled && err_code == FI_ECANCELED) {
+      op->redo.push_back(pc->index);  // cancelled to withdraw its landing: drain the chunk instead
+    } else if (!err.ok() && op->first_error.ok()) {
+      op->first_error = err;
+    }
+    if (pc->into_tail && --op->tail_receives == 0 && op->draining) release_landing_locked(*op);
     // A peer that keeps completing is not "stopped answering": the timeout
     // counts from the operation's last progress.
     if (op->all_posted && op->completed == op->planned) {
-      finish_locked(op, inbound_done);
-    } else if (!op->cancelled) {
-      op->deadline = coarse_now() + options.timeout;
+      finish_locked(op, inbound_done);  // a send or RMA is freed here: op and pc are gone
+    } else {
+      if (!op->cancelled) op->deadline = coarse_now() + options.timeout;
+      // A chunk receive ended and its message has more to post (or must be
+      // wound up, cancelled): take the posting right unless another thread has it.
+      post_more = op->kind == OpKind::kInbound && !op->all_posted && !op->chunk_poster;
+      if (post_more) op->chunk_poster = true;
     }
     release_slots_locked(1);  // under this lock, not one more
   }
   slots_cv_.notify_all();
   deliver(inbound_done);
+  if (post_more) post_more_chunks(op);
 }
 
 int Endpoint::Impl::progress_once(bool block) {
@@ -403,6 +509,15 @@ int Endpoint::Impl::progress_step(bool may_block) {
       has_repost_pending.store(false, std::memory_order_relaxed);
     }
     for (size_t slot : retry) repost(slot);
+  }
+  if (has_chunk_pending.load(std::memory_order_acquire)) {
+    std::vector<Operation*> retry;
+    {
+      std::lock_guard lock(mu_);
+      retry.swap(chunk_pending);
+      has_chunk_pending.store(false, std::memory_order_relaxed);
+    }
+    for (Operation* op : retry) post_more_chunks(op);  // each holds its posting right
   }
   const auto now = coarse_now();
   if (now >= next_sweep.load()) {

@@ -94,6 +94,7 @@ Endpoint::Impl::Impl(EndpointOptions opts) : options(std::move(opts)) {
                              : over_shm               ? 4 * 1024
                                                       : 17 * 1024;
   eager_limit = std::max(kFrameHeaderBytes, std::min(eager_bytes, max_chunk));
+  chunk_window = std::clamp<size_t>(options.max_in_flight / 4, 1, kChunkWindow);
   iov_limit = std::max<size_t>(1, fi->tx_attr->iov_limit);
   rx_iov_limit = std::max<size_t>(1, fi->rx_attr->iov_limit);
 

@@ -22,6 +22,9 @@ struct EndpointStats {
   uint64_t timed_out = 0;               // operations failed by the timeout
   uint64_t error_completions = 0;       // error completions read from the CQ
   uint64_t large_send_waits = 0;        // sends that found their peer's large_in_flight_per_peer taken and waited
+  // Chunk receives posted for large inbound messages, a window at a time
+  // (each drained chunk of a withdrawn landing included).
+  uint64_t chunk_receives_posted = 0;
   // Local buffers registered for their descriptors (FI_MR_LOCAL, or
   // EndpointOptions::register_local_buffers): the receive pool once, then
   // per operation; 0 where neither asks for them.

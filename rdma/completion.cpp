@@ -3,8 +3,9 @@
 namespace parafab::rdma {
 namespace detail {
 
-void CompletionState::set(Status s) {
+void CompletionState::set(Status s, bool lent) {
   status = std::move(s);
+  memory_lent = lent;
   done.store(true, std::memory_order_seq_cst);
   if (waiters.load(std::memory_order_seq_cst) > 0) {
     // Taking the lock orders this notify after a waiter's check of `done`.
@@ -42,6 +43,11 @@ Completion Completion::ready(Status s) {
   state->status = std::move(s);
   state->done.store(true, std::memory_order_relaxed);
   return Completion(std::move(state));
+}
+
+bool Completion::memory_lent() const {
+  check_valid();
+  return state_->done.load(std::memory_order_acquire) && state_->memory_lent;
 }
 
 bool Completion::is_ready() const {

@@ -40,10 +40,14 @@ struct CompletionState {
   std::atomic<bool> done{false};
   std::atomic<int> waiters{0};
   Status status;  // written before done, read after it
+  // The operation ended early (a timeout, a peer declared failed) with
+  // posts still with the provider, which may read or write its memory until
+  // they complete or the endpoint closes. Written before done, like status.
+  bool memory_lent = false;
   std::mutex mu;
   std::condition_variable cv;
 
-  void set(Status s);
+  void set(Status s, bool lent = false);
   // True when done by `deadline`.
   bool wait_until(std::chrono::steady_clock::time_point deadline);
   void wait();
@@ -73,6 +77,11 @@ class Completion {
   void wait() const;
   // Waits, then hands the Status over; the Completion is invalid afterwards.
   Status get();
+  // Once ready (and before get): whether the provider may still use the
+  // operation's memory (it failed by its timeout or its peer's failure with
+  // transfers outstanding), so that memory must not be reused or freed
+  // before the endpoint closes (Endpoint::retain_until_close).
+  bool memory_lent() const;
 
  private:
   void check_valid() const;

@@ -1,6 +1,7 @@
 #include "rdma/device_staging.h"
 
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -20,21 +21,55 @@ Status guarded_copy(F&& f) {
 
 }  // namespace
 
-DeviceStaging::DeviceStaging(Endpoint& endpoint, size_t bytes) : endpoint_(endpoint) { reserve(std::max<size_t>(bytes, 4096)); }
+DeviceStaging::DeviceStaging(Endpoint& endpoint, size_t bytes) : endpoint_(endpoint), wanted_(std::max<size_t>(bytes, 4096)) {
+  reserve(wanted_);
+}
 
 void DeviceStaging::reserve(size_t bytes) {
   if (bytes <= capacity_) return;
   region_ = MemoryRegion();  // deregister before freeing
+  buffer_.reset();
+  capacity_ = 0;
   buffer_ = allocate_pinned(bytes);
+  region_ = endpoint_.register_memory(buffer_.get(), bytes, kLocalOnly);
   capacity_ = bytes;
-  region_ = endpoint_.register_memory(buffer_.get(), capacity_, kLocalOnly);
+  wanted_ = bytes;
+}
+
+Status DeviceStaging::finish(Completion op) {
+  endpoint_.wait_ready(op);
+  const bool lent = op.memory_lent();
+  Status s = op.get();
+  if (!lent) return s;
+  // Ended by its timeout or its peer's failure with transfers outstanding:
+  // the provider may still read or write the buffer, so the endpoint keeps
+  // it, with its registration (deregistered first: members go in reverse),
+  // and the next call takes a fresh one (have_buffer).
+  struct Lent {
+    PinnedBuffer buffer;
+    MemoryRegion region;
+  };
+  endpoint_.retain_until_close(std::make_shared<Lent>(Lent{std::move(buffer_), std::move(region_)}));
+  ++retired_;
+  capacity_ = 0;
+  return s;
+}
+
+Status DeviceStaging::have_buffer(size_t bytes) {
+  try {
+    reserve(std::max(bytes, wanted_));
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kInvalidArgument, std::string("staging buffer: ") + e.what());
+  }
+  return {};
 }
 
 Status DeviceStaging::send_from_device(PeerId to, uint64_t tag, const void* device, size_t bytes) {
-  reserve(bytes);
-  Status s = guarded_copy([&] { copy_memory(buffer_.get(), device, bytes); });
+  Status s = have_buffer(bytes);
   if (!s.ok()) return s;
-  return endpoint_.send(to, tag, buffer_.get(), bytes).get();
+  s = guarded_copy([&] { copy_memory(buffer_.get(), device, bytes); });
+  if (!s.ok()) return s;
+  return finish(endpoint_.send(to, tag, buffer_.get(), bytes));
 }
 
 Status DeviceStaging::receive_to_device(const Message& message, void* device, size_t capacity) {
@@ -50,8 +85,9 @@ Status DeviceStaging::read_to_device(PeerId from, void* device, size_t bytes, co
                                      uint64_t offset) {
   auto* out = static_cast<std::byte*>(device);
   for (size_t done = 0; done < bytes;) {
+    if (Status b = have_buffer(0); !b.ok()) return b;
     const size_t n = std::min(capacity_, bytes - done);
-    Status s = endpoint_.read(from, buffer_.get(), n, remote, offset + done, &region_).get();
+    Status s = finish(endpoint_.read(from, buffer_.get(), n, remote, offset + done, &region_));
     if (!s.ok()) return s;
     s = guarded_copy([&] { copy_memory(out + done, buffer_.get(), n); });
     if (!s.ok()) return s;
@@ -64,10 +100,11 @@ Status DeviceStaging::write_from_device(PeerId to, const void* device, size_t by
                                         uint64_t offset) {
   const auto* in = static_cast<const std::byte*>(device);
   for (size_t done = 0; done < bytes;) {
+    if (Status b = have_buffer(0); !b.ok()) return b;
     const size_t n = std::min(capacity_, bytes - done);
     Status s = guarded_copy([&] { copy_memory(buffer_.get(), in + done, n); });
     if (!s.ok()) return s;
-    s = endpoint_.write(to, buffer_.get(), n, remote, offset + done, &region_).get();
+    s = finish(endpoint_.write(to, buffer_.get(), n, remote, offset + done, &region_));
     if (!s.ok()) return s;
     done += n;
   }

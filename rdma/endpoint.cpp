@@ -408,11 +408,18 @@ std::optional<Message> Endpoint::receive(std::chrono::milliseconds timeout) {
   return msg;
 }
 
-Status Endpoint::wait(Completion& operation) {
+void Endpoint::wait_ready(Completion& operation) {
   Impl& m = *impl_;
-  if (!m.caller_drives_progress()) return operation.get();
+  if (!m.caller_drives_progress()) {
+    operation.wait();
+    return;
+  }
   // Every operation fails by its own deadline, so this loop ends.
   while (!operation.is_ready()) m.caller_poll();
+}
+
+Status Endpoint::wait(Completion& operation) {
+  wait_ready(operation);
   return operation.get();
 }
 

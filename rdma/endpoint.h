@@ -152,6 +152,9 @@ class Endpoint {
   // else does (progress_thread off, or busy_poll). With the default progress
   // thread it is `operation.get()`.
   Status wait(Completion& operation);
+  // The same wait, leaving the Status in `operation` (memory_lent() may
+  // then be read before get()).
+  void wait_ready(Completion& operation);
   // Reads the completion queue once (reposts, deadlines): for callers that
   // turned the progress thread off and have nothing to wait on right now.
   void progress();
@@ -160,6 +163,12 @@ class Endpoint {
   // FabricError; kCuda without FI_HMEM is -FI_EOPNOTSUPP.
   MemoryRegion register_memory(void* base, size_t length, uint64_t access,
                                MemoryKind kind = MemoryKind::kHost, int cuda_device = 0);
+  // Keeps `memory` alive until the endpoint closes: memory lent to an
+  // operation that failed or timed out, which the provider may still read
+  // or write until then (a buffer and its MemoryRegion, say). It is
+  // destroyed once the libfabric endpoint is closed, before the domain, so
+  // a registration inside may still deregister.
+  void retain_until_close(std::shared_ptr<void> memory);
   // One-sided read of `size` bytes at `offset` in the peer's region into
   // `local` (write: the other way). `local_region`, when given, must contain
   // the local buffer; providers with FI_MR_LOCAL otherwise register it for

@@ -112,7 +112,7 @@ struct Operation {
   std::shared_ptr<detail::CompletionState> completion;
   bool fulfilled() const { return completion && completion->done.load(std::memory_order_relaxed); }
   // Sends and RMA: gives the operation's future its Status, once (mu_ held).
-  void complete_locked(Status s) { completion->set(std::move(s)); }
+  void complete_locked(Status s, bool lent = false) { completion->set(std::move(s), lent); }
   Status first_error;
   size_t planned = 0;    // posts this operation makes in all
   size_t posted = 0;
@@ -176,6 +176,7 @@ struct Operation {
   bool draining = false;
   std::vector<uint64_t> redo;
   std::vector<std::byte> scratch;
+  void* scratch_desc = nullptr;  // its FI_MR_LOCAL descriptor
   size_t tail_receives = 0;  // receives into the landing's tail not yet ended
   bool landing_released = false;  // release_landing_locked has run
 
@@ -331,6 +332,9 @@ struct Endpoint::Impl {
   std::map<std::pair<PeerId, uint64_t>, LandingId> waiting_landings;  // by (peer, tag)
   LandingId next_landing = 1;
   std::condition_variable landing_cv;
+
+  // Endpoint::retain_until_close (mu_): freed after ep, before the domain.
+  std::vector<std::shared_ptr<void>> retained;
 
   std::mutex inbox_mu_;
   std::condition_variable inbox_cv_;

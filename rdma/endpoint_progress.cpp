@@ -181,6 +181,11 @@ void Endpoint::Impl::on_pool_buffer(size_t slot, fi_addr_t src, size_t len, int 
     op->message.tag = header->user_tag;
     op->sequence = header->message_id;
     op->incarnation = inc;
+    // Set before withdraw() can see it (start_drain_locked sizes its scratch
+    // by them); this thread holds its posting right from the start.
+    op->chunk_bytes = header->chunk_bytes;
+    op->chunks = chunk_count(header->total_bytes, header->chunk_bytes);
+    op->chunk_poster = true;
     {
       std::lock_guard lock(mu_);
       bind_landing_locked(*op, *header);
@@ -213,19 +218,18 @@ void Endpoint::Impl::bind_landing_locked(Operation& op, const FrameHeader& h) {
 }
 
 void Endpoint::Impl::post_inbound_chunks(Operation* op, const FrameHeader& h) {
-  op->chunk_bytes = h.chunk_bytes;
-  op->chunks = chunk_count(h.total_bytes, h.chunk_bytes);
-  Status st;
-  try {
-    op->head_desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
-    if (op->landing != 0) op->tail_desc = local_desc(*op, op->tail, h.total_bytes - op->head_bytes, FI_RECV);
-  } catch (const FabricError& e) {
-    st = Status(StatusCode::kPeerError, e.what());
-  }
   {
+    // Under mu_: a withdraw meanwhile (start_drain_locked) means the tail is
+    // not to be touched, not even registered.
     std::lock_guard lock(mu_);
-    op->chunk_poster = true;
-    if (!st.ok()) op->first_error = st;
+    try {
+      op->head_desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
+      if (op->landing != 0 && !op->draining) {
+        op->tail_desc = local_desc(*op, op->tail, h.total_bytes - op->head_bytes, FI_RECV);
+      }
+    } catch (const FabricError& e) {
+      op->first_error = Status(StatusCode::kPeerError, e.what());
+    }
   }
   post_more_chunks(op);
 }
@@ -236,15 +240,16 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
   std::vector<Operation*> inbound_done;
   for (;;) {
     PostContext* pc = nullptr;
-    uint64_t k = 0;
-    bool redone = false;  // k came from op->redo
+    uint64_t k = 0, lo = 0, hi = 0;  // the chunk, and its bytes [lo, hi) of the message
+    bool redone = false;             // k came from op->redo
     bool drain = false;
     {
       std::lock_guard lock(mu_);
       if (op->cancelled || !op->first_error.ok() || (op->next_chunk == op->chunks && op->redo.empty()) ||
           stopping) {
         // Timed out, its peer gone, a post failed, or all posted: post no
-        // more; the last outstanding receive finishes it.
+        // more; the last outstanding receive finishes it (or, drained, a
+        // cancelled one reopens it: dispatch).
         op->chunk_poster = false;
         op->planned = op->posted;
         op->all_posted = true;
@@ -270,16 +275,22 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
       drain = op->draining;
       pc = op->unposted != nullptr ? std::exchange(op->unposted, nullptr) : add_context_locked(*op);
       pc->index = k;
+      lo = k * op->chunk_bytes;
+      hi = lo + std::min<uint64_t>(op->chunk_bytes, op->bytes - lo);
+      // Counted before the post, under the lock: withdraw() releases the
+      // landing only once no receive into it can still be posted or live.
+      pc->into_tail = !drain && hi > head;
+      if (pc->into_tail) ++op->tail_receives;
     }
-    const uint64_t lo = k * op->chunk_bytes;
-    const uint64_t hi = lo + std::min<uint64_t>(op->chunk_bytes, op->bytes - lo);
     std::array<iovec, 2> iov;
     std::array<void*, 2> desc{};
     size_t parts = 0;
     if (drain) {
       // Only the chunk's bytes matter (they are thrown away); the scratch is
       // one chunk, shared by the draining receives in flight.
-      iov[parts++] = {op->scratch.data(), static_cast<size_t>(hi - lo)};
+      iov[0] = {op->scratch.data(), static_cast<size_t>(hi - lo)};
+      desc[0] = op->scratch_desc;
+      parts = 1;
     } else {
       if (lo < head) {
         iov[parts] = {op->message.data.data() + lo, static_cast<size_t>(std::min(hi, head) - lo)};
@@ -291,7 +302,6 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
         desc[parts++] = op->tail_desc;
       }
     }
-    pc->into_tail = !drain && hi > head;
     const uint64_t tag = chunk_tag(op->sequence, k);
     const ssize_t rc =
         parts == 1 ? fi_trecv(ep.get(), iov[0].iov_base, iov[0].iov_len, desc[0], op->peer_addr, tag, 0, &pc->fi_ctx)
@@ -301,7 +311,6 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
       ++op->posted;
       ++stats.chunk_receives_posted;
       if (!redone) ++op->next_chunk;
-      if (pc->into_tail) ++op->tail_receives;
       // Cancelled while this was posted (end_early_locked or
       // start_drain_locked may have run between the context's adding and its
       // post, and then cancelled nothing): cancel it now, or it would wait
@@ -311,6 +320,10 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
       continue;
     }
     release_slots_locked(1);
+    if (pc->into_tail) {
+      pc->into_tail = false;
+      if (--op->tail_receives == 0 && op->draining) release_landing_locked(*op);
+    }
     if (redone) op->redo.push_back(k);
     if (rc == -FI_EAGAIN) {
       // The provider's receive queue is full: try again from progress_step,
@@ -329,10 +342,18 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
 
 void Endpoint::Impl::start_drain_locked(Operation& op) {
   if (op.cancelled || op.draining) return;
-  op.draining = true;
   // Drained receives share one chunk of scratch (the message may be a
   // single chunk, so up to its size).
   op.scratch.resize(std::min<uint64_t>(op.chunk_bytes, op.bytes));
+  try {
+    op.scratch_desc = local_desc(op, op.scratch.data(), op.scratch.size(), FI_RECV);
+  } catch (const FabricError&) {
+    // No scratch to drain into: end it instead; the sender's remaining
+    // chunks then wait out its timeout.
+    (void)end_early_locked(op, StatusCode::kTimedOut, ": its landing was withdrawn");
+    return;
+  }
+  op.draining = true;
   op.for_each_context([&](PostContext& pc) {
     if (pc.into_tail) (void)fi_cancel(&ep.get()->fid, &pc.fi_ctx);
   });
@@ -358,7 +379,10 @@ void Endpoint::Impl::dispatch(PostContext* pc, fi_addr_t src, size_t len, const 
     std::lock_guard lock(mu_);
     ++op->completed;
     if (op->kind == OpKind::kInbound && op->draining && !op->cancelled && err_code == FI_ECANCELED) {
-      op->redo.push_back(pc->index);  // cancelled to withdraw its landing: drain the chunk instead
+      // Cancelled to withdraw its landing: drain the chunk instead, posting
+      // again even if every chunk had been posted.
+      op->redo.push_back(pc->index);
+      op->all_posted = false;
     } else if (!err.ok() && op->first_error.ok()) {
       op->first_error = err;
     }
@@ -478,7 +502,8 @@ bool Endpoint::Impl::end_early_locked(Operation& op, StatusCode code, const std:
   // hold back the sends after it.
   release_large_place_locked(op);
   // Sends and RMA stay until their completion or the close.
-  op.complete_locked(Status(code, op.describe() + " to " + describe_peer_locked(op.peer) + why));
+  // Ended before its completions: the provider may still hold its memory.
+  op.complete_locked(Status(code, op.describe() + " to " + describe_peer_locked(op.peer) + why), /*lent=*/true);
   op.cancelled = true;
   return true;
 }

@@ -160,6 +160,14 @@ Endpoint::Impl::~Impl() {
   // operations, so their futures can be failed and their memory freed.
   ep.reset();
   pool_mr.reset();
+  // No provider touches it now; its registrations close while the domain
+  // is open, and its destructors run without our lock.
+  std::vector<std::shared_ptr<void>> kept;
+  {
+    std::lock_guard lock(mu_);
+    kept.swap(retained);
+  }
+  kept.clear();
   std::lock_guard lock(mu_);
   ops.for_each([](Operation& op) {
     if (op.kind != OpKind::kInbound && !op.fulfilled()) {
@@ -430,6 +438,11 @@ void Endpoint::mark_peer_failed(PeerId peer, std::string reason) {
 bool Endpoint::has_peer(PeerId peer) const {
   std::lock_guard lock(impl_->mu_);
   return impl_->peer_addrs.count(peer) != 0;
+}
+
+void Endpoint::retain_until_close(std::shared_ptr<void> memory) {
+  std::lock_guard lock(impl_->mu_);
+  impl_->retained.push_back(std::move(memory));
 }
 
 MemoryRegion Endpoint::register_memory(void* base, size_t length, uint64_t access, MemoryKind kind,

@@ -5,127 +5,28 @@
 // next message is delivered after it.
 //
 // The hostile peer is a bare libfabric endpoint of the same provider
-// (RawSender), so that it can send a header no Endpoint would.
+// (testing::RawSender), so that it can send a header no Endpoint would.
 #include <gtest/gtest.h>
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
 
 #include <chrono>
 #include <future>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "rdma/endpoint.h"
-#include "rdma/fid_handle.h"
 #include "rdma/message_framing.h"
 #include "tests/rdma/endpoint_test_util.h"
+#include "tests/rdma/raw_sender.h"
 
 namespace parafab::rdma {
 namespace {
 
 using testing::first_mismatch;
+using testing::frame_of;
 using testing::options_for;
 using testing::pattern;
+using testing::RawSender;
 constexpr size_t kKiB = 1024;
-
-void check_fi(int rc, const char* what) {
-  if (rc != 0) throw std::runtime_error(std::string(what) + ": " + fi_strerror(-rc));
-}
-
-// An RDM endpoint that sends whatever bytes it is given as one untagged
-// message, as a frame header travels.
-class RawSender {
- public:
-  explicit RawSender(const std::string& provider) {
-    fi_info* hints = fi_allocinfo();
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_MSG | FI_TAGGED;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-    hints->fabric_attr->prov_name = strdup(provider.c_str());
-    const char* node = provider == "shm" ? nullptr : "127.0.0.1";
-    const int rc = fi_getinfo(FI_VERSION(1, 17), node, nullptr, node ? FI_SOURCE : 0, hints, &info_);
-    fi_freeinfo(hints);
-    check_fi(rc, "fi_getinfo");
-    check_fi(fi_fabric(info_->fabric_attr, fabric_.out(), nullptr), "fi_fabric");
-    check_fi(fi_domain(fabric_.get(), info_, domain_.out(), nullptr), "fi_domain");
-    fi_cq_attr cq_attr{};
-    cq_attr.format = FI_CQ_FORMAT_TAGGED;
-    check_fi(fi_cq_open(domain_.get(), &cq_attr, cq_.out(), nullptr), "fi_cq_open");
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_UNSPEC;
-    check_fi(fi_av_open(domain_.get(), &av_attr, av_.out(), nullptr), "fi_av_open");
-    check_fi(fi_endpoint(domain_.get(), info_, ep_.out(), nullptr), "fi_endpoint");
-    check_fi(fi_ep_bind(ep_.get(), &av_.get()->fid, 0), "fi_ep_bind(av)");
-    check_fi(fi_ep_bind(ep_.get(), &cq_.get()->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
-    check_fi(fi_enable(ep_.get()), "fi_enable");
-  }
-  ~RawSender() {
-    ep_.reset();
-    av_.reset();
-    cq_.reset();
-    domain_.reset();
-    fabric_.reset();
-    fi_freeinfo(info_);
-  }
-  RawSender(const RawSender&) = delete;
-  RawSender& operator=(const RawSender&) = delete;
-
-  std::vector<std::byte> address() const {
-    std::vector<std::byte> name(256);
-    size_t len = name.size();
-    check_fi(fi_getname(&ep_.get()->fid, name.data(), &len), "fi_getname");
-    name.resize(len);
-    return name;
-  }
-
-  // Sends `frame` to the endpoint at `to` and waits for its completion.
-  void send(const std::vector<std::byte>& to, const std::vector<std::byte>& frame) {
-    fi_addr_t addr = FI_ADDR_UNSPEC;
-    if (fi_av_insert(av_.get(), to.data(), 1, &addr, 0, nullptr) != 1) throw std::runtime_error("fi_av_insert");
-    fi_context2 ctx{};
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    ssize_t rc;
-    while ((rc = fi_send(ep_.get(), frame.data(), frame.size(), nullptr, addr, &ctx)) == -FI_EAGAIN) {
-      poll_once();
-      if (std::chrono::steady_clock::now() > give_up) throw std::runtime_error("fi_send: no room in 20 s");
-    }
-    check_fi(static_cast<int>(rc), "fi_send");
-    while (poll_once() == 0) {
-      if (std::chrono::steady_clock::now() > give_up) throw std::runtime_error("fi_send: no completion in 20 s");
-    }
-  }
-
- private:
-  int poll_once() {
-    fi_cq_tagged_entry e;
-    const ssize_t n = fi_cq_read(cq_.get(), &e, 1);
-    if (n == -FI_EAVAIL) {
-      fi_cq_err_entry err{};
-      (void)fi_cq_readerr(cq_.get(), &err, 0);
-      throw std::runtime_error(std::string("send completed with an error: ") + fi_strerror(err.err));
-    }
-    return n > 0 ? 1 : 0;
-  }
-
-  fi_info* info_ = nullptr;
-  FidHandle<fid_fabric> fabric_;
-  FidHandle<fid_domain> domain_;
-  FidHandle<fid_cq> cq_;
-  FidHandle<fid_av> av_;
-  FidHandle<fid_ep> ep_;
-};
-
-std::vector<std::byte> frame_of(const FrameHeader& h, const std::string& payload = "") {
-  std::vector<std::byte> frame(kFrameHeaderBytes + payload.size());
-  encode_frame_header(h, frame.data());
-  std::memcpy(frame.data() + kFrameHeaderBytes, payload.data(), payload.size());
-  return frame;
-}
 
 class EndpointHostileHeader : public ::testing::TestWithParam<std::string> {};
 

@@ -10,11 +10,15 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "rdma/endpoint.h"
+#include "rdma/message_framing.h"
 #include "tests/rdma/endpoint_test_util.h"
+#include "tests/rdma/raw_sender.h"
 
 namespace parafab::rdma {
 namespace {
@@ -168,12 +172,69 @@ TEST_P(EndpointLanding, AWithdrawnLandingIsNotUsed) {
 // Withdrawn while its message arrives, chunk by chunk: when withdraw
 // returns, nothing writes the memory any more (it is the caller's to free),
 // whether the message had landed whole by then (delivered, landed) or was
-// cancelled (never delivered, counted as failed); the sender's next message
-// still comes. The receiver drives its own progress, so the test steps
-// through the chunks' arrival instead of racing a progress thread.
-TEST_P(EndpointLanding, WithdrawnWhileItsMessageArrivesNothingWritesTheMemoryAfter) {
-  EndpointOptions o = options_for(GetParam());
-  o.max_message_bytes = 4 * kKiB;  // 1024 chunks: many steps to withdraw in
+// cancelled (never delivered, counted as failed); either way the sender's
+// send completes (the rest is drained) and its next message still comes.
+// The receiver drives its own progress, so the test steps through the
+// chunks' arrival instead of racing a progress thread. Chunks of 4 KiB
+// (1024, posted a window at a time: many steps to withdraw in) and of 1
+// MiB (4, all posted at once; whether any is still unmatched when the
+// withdraw comes is up to the timing, which the test below fixes).
+// Withdrawn once every chunk receive of its message is posted, before any
+// chunk came (the sender here is a bare endpoint that holds them back): the
+// receives are cancelled and posted again into scratch, so the chunks sent
+// afterwards still find receives and never touch the tail; the message then
+// ends as failed, and the sender's next message follows it.
+TEST_P(EndpointLanding, WithdrawnAfterEveryChunkWasPostedTheRestIsDrained) {
+  Endpoint target(options_for(GetParam()));
+  testing::RawSender sender(GetParam());
+  target.add_peer(0, sender.address());
+  constexpr size_t kChunk = 32 * kKiB, kHead = 48, kTail = 2 * kChunk - kHead;
+  TailMemory mem(kTail);
+  const LandingId id =
+      target.expect({.from = 0, .tag = 3, .head_bytes = kHead, .tail = mem.tail(), .tail_bytes = kTail});
+  FrameHeader h;
+  h.flags = kFrameLarge;
+  h.user_tag = 3;
+  h.message_id = 0;
+  h.total_bytes = 2 * kChunk;
+  h.chunk_bytes = kChunk;
+  sender.send(target.address(), testing::frame_of(h));
+  auto wait_for_posts = [&](uint64_t n) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (target.stats().chunk_receives_posted < n && std::chrono::steady_clock::now() < give_up) {
+      EXPECT_FALSE(target.receive(std::chrono::milliseconds(5)));
+    }
+    return target.stats().chunk_receives_posted;
+  };
+  ASSERT_EQ(wait_for_posts(2), 2u) << "the header's two chunk receives were not posted";
+  EXPECT_TRUE(target.withdraw(id));
+  // Both cancelled receives posted again, into scratch: the message is still open.
+  EXPECT_EQ(wait_for_posts(4), 4u) << "the cancelled chunks were not posted again";
+  EXPECT_EQ(target.stats().inbound_failed, 0u);
+  const auto whole = pattern(0, 0, 2 * kChunk);
+  for (uint64_t k = 0; k < 2; ++k) {
+    const std::vector<std::byte> chunk(whole.begin() + static_cast<ptrdiff_t>(k * kChunk),
+                                       whole.begin() + static_cast<ptrdiff_t>((k + 1) * kChunk));
+    sender.send_tagged(target.address(), chunk_tag(0, k), chunk);
+  }
+  FrameHeader next;
+  next.user_tag = 4;
+  next.message_id = 1;
+  next.total_bytes = 4;
+  sender.send(target.address(), testing::frame_of(next, "next"));
+  auto m = target.receive(std::chrono::seconds(20));
+  ASSERT_TRUE(m) << "the sender's next message never came";
+  EXPECT_EQ(m->tag, 4u);
+  EXPECT_EQ(target.stats().inbound_failed, 1u);
+  EXPECT_EQ(target.stats().messages_landed, 0u);
+  EXPECT_TRUE(mem.untouched(true)) << "a chunk sent after withdraw wrote the tail";
+}
+
+class EndpointLandingWithdrawn : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
+
+TEST_P(EndpointLandingWithdrawn, WhileItsMessageArrivesNothingWritesTheMemoryAfter) {
+  EndpointOptions o = options_for(std::get<0>(GetParam()));
+  o.max_message_bytes = std::get<1>(GetParam());
   EndpointOptions receiver = o;
   receiver.progress_thread = false;
   receiver.busy_poll = true;
@@ -234,6 +295,13 @@ TEST_P(EndpointLanding, WithdrawnWhileItsMessageArrivesNothingWritesTheMemoryAft
   EXPECT_TRUE(sent_next.ok()) << sent_next.to_string();
 }
 
+INSTANTIATE_TEST_SUITE_P(Loopback, EndpointLandingWithdrawn,
+                         ::testing::Combine(::testing::Values("tcp;ofi_rxm", "shm"),
+                                            ::testing::Values(4 * kKiB, kKiB * kKiB)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, size_t>>& p) {
+                           return (std::get<0>(p.param) == "shm" ? std::string("shm") : std::string("tcp_rxm")) +
+                                  "_chunk" + std::to_string(std::get<1>(p.param) / kKiB) + "k";
+                         });
 INSTANTIATE_TEST_SUITE_P(Loopback, EndpointLanding, ::testing::Values("tcp;ofi_rxm", "shm"),
                          [](const auto& info) { return info.param == "shm" ? std::string("shm") : std::string("tcp_rxm"); });
 

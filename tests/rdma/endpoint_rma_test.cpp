@@ -2,7 +2,12 @@
 // size at odd offsets, chunked past the transfer limit, bounds refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <memory>
 #include <tuple>
+#include <vector>
 
 #include "rdma/device_staging.h"
 #include "rdma/endpoint.h"
@@ -143,6 +148,84 @@ TEST(DeviceStaging, MovesRangesLargerThanTheStagingBufferInPieces) {
   ASSERT_TRUE(staging.receive_to_device(*msg, out.data(), out.size()).ok());
   EXPECT_TRUE(std::equal(out.begin(), out.end(), grad.begin(), grad.end()));
   EXPECT_EQ(staging.receive_to_device(*msg, out.data(), out.size() - 1).code(), StatusCode::kInvalidArgument);
+}
+
+// After a transfer that timed out, the provider may still write the staging
+// buffer until the endpoint closes: the endpoint keeps it, and the next
+// transfer uses a fresh one. Peer 1 answers nothing: it has no progress
+// thread and nobody polls it once the connection is up.
+TEST(DeviceStaging, ATimedOutTransferLeavesItsBufferWithTheEndpointAndTakesAFreshOne) {
+  EndpointOptions o = testing::options_for("tcp;ofi_rxm");
+  o.timeout = std::chrono::milliseconds(500);
+  EndpointOptions silent = testing::options_for("tcp;ofi_rxm");
+  silent.progress_thread = false;
+  Endpoint a(o), b(silent), c(testing::options_for("tcp;ofi_rxm"));
+  a.add_peer(1, b.address());
+  a.add_peer(2, c.address());
+  b.add_peer(0, a.address());
+  c.add_peer(0, a.address());
+  auto b_shard = testing::pattern(1, 0, 64 * 1024);
+  auto c_shard = testing::pattern(2, 0, 64 * 1024);
+  MemoryRegion b_mr = b.register_memory(b_shard.data(), b_shard.size(), kRemoteReadWrite);
+  MemoryRegion c_mr = c.register_memory(c_shard.data(), c_shard.size(), kRemoteReadWrite);
+  // The connection to b, while b is polled (a's post waits for it).
+  auto heard = std::async(std::launch::async, [&] { return b.receive(std::chrono::seconds(20)).has_value(); });
+  Completion hello = a.send(1, 1, "hi", 2);
+  ASSERT_TRUE(heard.get()) << "b never heard from a";
+  ASSERT_TRUE(hello.get().ok());
+
+  DeviceStaging staging(a, 4096);
+  std::vector<std::byte> device(8192);
+  Status s = staging.read_to_device(1, device.data(), device.size(), b_mr.remote_key(), 0);
+  EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s.to_string();
+  EXPECT_EQ(staging.buffers_retired(), 1u);
+  s = staging.read_to_device(2, device.data(), device.size(), c_mr.remote_key(), 100);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t i = 0; i < device.size(); ++i) ASSERT_EQ(device[i], testing::pattern_byte(2, 0, 100 + i)) << i;
+  EXPECT_EQ(staging.capacity(), 4096u);
+  EXPECT_EQ(staging.buffers_retired(), 1u);
+  // A failure that lent nothing (a peer never added) keeps the buffer.
+  EXPECT_EQ(staging.read_to_device(9, device.data(), 16, c_mr.remote_key(), 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(staging.buffers_retired(), 1u);
+}
+
+// Without a progress thread the staging calls drive progress themselves
+// (they used to wait on the future alone, which nothing would complete).
+TEST(DeviceStaging, DrivesProgressWhereTheEndpointHasNoProgressThread) {
+  EndpointOptions caller = testing::options_for("tcp;ofi_rxm");
+  caller.progress_thread = false;
+  Endpoint a(caller), b(testing::options_for("tcp;ofi_rxm"));
+  a.add_peer(1, b.address());
+  b.add_peer(0, a.address());
+  DeviceStaging staging(a, 4096);
+  auto shard = testing::pattern(1, 0, 32 * 1024);
+  MemoryRegion mr = b.register_memory(shard.data(), shard.size(), kRemoteReadWrite);
+  std::vector<std::byte> device(10 * 1024 + 3);
+  Status s = staging.read_to_device(1, device.data(), device.size(), mr.remote_key(), 5);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (size_t i = 0; i < device.size(); ++i) ASSERT_EQ(device[i], testing::pattern_byte(1, 0, 5 + i)) << i;
+  const auto grad = testing::pattern(0, 1, 6000);
+  s = staging.write_from_device(1, grad.data(), grad.size(), mr.remote_key(), 0);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(std::equal(grad.begin(), grad.end(), shard.begin()));
+  s = staging.send_from_device(1, 8, grad.data(), grad.size());
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  auto msg = b.receive(std::chrono::seconds(20));
+  ASSERT_TRUE(msg);
+  EXPECT_EQ(msg->tag, 8u);
+  EXPECT_EQ(testing::first_mismatch(msg->data, 0, 1, grad.size()), -1);
+  EXPECT_EQ(staging.buffers_retired(), 0u);
+}
+
+TEST(EndpointRetain, RetainedMemoryLivesUntilTheEndpointCloses) {
+  auto memory = std::make_shared<std::vector<std::byte>>(4096);
+  const std::weak_ptr<std::vector<std::byte>> watch = memory;
+  {
+    Endpoint e(testing::options_for("tcp;ofi_rxm"));
+    e.retain_until_close(std::move(memory));
+    EXPECT_FALSE(watch.expired());
+  }
+  EXPECT_TRUE(watch.expired());
 }
 
 }  // namespace

@@ -49,9 +49,19 @@ Status DeviceStaging::finish(Completion op) {
     PinnedBuffer buffer;
     MemoryRegion region;
   };
-  endpoint_.retain_until_close(std::make_shared<Lent>(Lent{std::move(buffer_), std::move(region_)}));
-  ++retired_;
   capacity_ = 0;
+  ++retired_;
+  std::shared_ptr<Lent> lent_memory;
+  try {
+    lent_memory = std::make_shared<Lent>();  // before anything moves into it
+  } catch (const std::bad_alloc&) {
+    (void)buffer_.release();  // no room to hand it over: leaked, never freed under the provider
+    region_ = MemoryRegion();
+    return s;
+  }
+  lent_memory->buffer = std::move(buffer_);
+  lent_memory->region = std::move(region_);
+  endpoint_.retain_until_close(std::move(lent_memory));
   return s;
 }
 

@@ -147,11 +147,22 @@ Status Endpoint::Impl::post(Operation* op, PostFn fn) {
   }
 }
 
-void* Endpoint::Impl::local_desc(Operation& op, const void* p, size_t n, uint64_t access) {
-  if (!(mr_mode & FI_MR_LOCAL) || n == 0) return nullptr;
-  op.registrations.push_back(register_raw(const_cast<void*>(p), n, access, MemoryKind::kHost, 0));
+FidHandle<fid_mr> Endpoint::Impl::local_registration(const void* p, size_t n, uint64_t access) {
+  if (!(mr_mode & FI_MR_LOCAL) || n == 0) return {};
+  FidHandle<fid_mr> mr = register_raw(const_cast<void*>(p), n, access, MemoryKind::kHost, 0);
   local_registrations.fetch_add(1, std::memory_order_relaxed);
-  return fi_mr_desc(op.registrations.back().get());
+  return mr;
+}
+
+void* Endpoint::Impl::adopt_registration(Operation& op, FidHandle<fid_mr> mr) {
+  if (!mr) return nullptr;
+  void* desc = fi_mr_desc(mr.get());
+  op.registrations.push_back(std::move(mr));
+  return desc;
+}
+
+void* Endpoint::Impl::local_desc(Operation& op, const void* p, size_t n, uint64_t access) {
+  return adopt_registration(op, local_registration(p, n, access));
 }
 
 Completion Endpoint::Impl::rma(bool is_read, PeerId peer, void* local, size_t size, const RemoteKey& remote,
@@ -436,6 +447,7 @@ LandingId Endpoint::expect(const Landing& landing) {
 
 bool Endpoint::withdraw(LandingId id) {
   Impl& m = *impl_;
+  uint64_t scratch_bytes = 0;
   {
     std::lock_guard lock(m.mu_);
     const auto it = m.landings.find(id);
@@ -445,11 +457,31 @@ bool Endpoint::withdraw(LandingId id) {
       m.landings.erase(it);
       return true;
     }
+    const Operation& op = *it->second.bound;
+    scratch_bytes = op.cancelled || op.draining ? 0 : std::min<uint64_t>(op.chunk_bytes, op.bytes);
+  }
+  if (scratch_bytes != 0) {
     // Its message is being received into the tail: cancel those receives,
     // and receive the rest of the message into scratch (its sender's chunks
     // must all find a receive); the landing is released once each receive
-    // into it has ended, cancelled or not.
-    m.start_drain_locked(*it->second.bound);
+    // into it has ended, cancelled or not. The scratch is allocated (and,
+    // under FI_MR_LOCAL, registered) without the lock.
+    ByteBuffer scratch;
+    scratch.resize(scratch_bytes);
+    FidHandle<fid_mr> mr;
+    bool registered = true;
+    try {
+      mr = m.local_registration(scratch.data(), scratch.size(), FI_RECV);
+    } catch (const FabricError&) {
+      registered = false;
+    }
+    std::lock_guard lock(m.mu_);
+    // Still bound, to the same operation: a landing binds once, and is
+    // erased when its operation ends.
+    const auto it = m.landings.find(id);
+    if (it != m.landings.end() && it->second.bound != nullptr) {
+      m.start_drain_locked(*it->second.bound, std::move(scratch), std::move(mr), registered);
+    }
   }
   const auto deadline = Clock::now() + m.options.timeout;
   for (;;) {

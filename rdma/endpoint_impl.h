@@ -175,7 +175,7 @@ struct Operation {
   // completes; the message is then dropped as failed.
   bool draining = false;
   std::vector<uint64_t> redo;
-  std::vector<std::byte> scratch;
+  ByteBuffer scratch;
   void* scratch_desc = nullptr;  // its FI_MR_LOCAL descriptor
   size_t tail_receives = 0;  // receives into the landing's tail not yet ended
   bool landing_released = false;  // release_landing_locked has run
@@ -425,6 +425,13 @@ struct Endpoint::Impl {
   Status post(Operation* op, PostFn fn);
   // A new context for one post of `op` (mu_ held).
   PostContext* add_context_locked(Operation& op);
+  // A registration of [p, p+n) where the provider wants local buffers
+  // registered (FI_MR_LOCAL, or register_local_buffers), else none. Throws
+  // FabricError. Takes no lock.
+  FidHandle<fid_mr> local_registration(const void* p, size_t n, uint64_t access);
+  // Gives `mr` to `op` for its life; returns its descriptor (null for none).
+  void* adopt_registration(Operation& op, FidHandle<fid_mr> mr);
+  // Both: the descriptor of a registration owned by `op`.
   void* local_desc(Operation& op, const void* p, size_t n, uint64_t access);
   FidHandle<fid_mr> register_raw(void* base, size_t length, uint64_t access, MemoryKind kind, int device);
   // An operation, not yet in the table (make_op), or added to it (new_op).
@@ -449,9 +456,12 @@ struct Endpoint::Impl {
   // for it, if there is one it fits (mu_ held).
   void bind_landing_locked(Operation& op, const FrameHeader& h);
   // Withdraws `op`'s landing while the message goes on (mu_ held): cancels
-  // its receives and drains the rest (Operation::draining). The landing is
-  // released once no receive into its tail is left (release_landing_locked).
-  void start_drain_locked(Operation& op);
+  // its receives and drains the rest into `scratch` (one chunk, registered
+  // as `mr` where the provider wants it; `registered` false when that
+  // failed, and the message is ended instead) (Operation::draining). The
+  // landing is released once no receive into its tail is left
+  // (release_landing_locked).
+  void start_drain_locked(Operation& op, ByteBuffer scratch, FidHandle<fid_mr> mr, bool registered);
   // Erases op's landing, waking withdraw() (mu_ held); once.
   void release_landing_locked(Operation& op);
 };

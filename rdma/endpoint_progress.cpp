@@ -218,18 +218,27 @@ void Endpoint::Impl::bind_landing_locked(Operation& op, const FrameHeader& h) {
 }
 
 void Endpoint::Impl::post_inbound_chunks(Operation* op, const FrameHeader& h) {
+  // Registrations (FI_MR_LOCAL) are made without mu_ (they may pin memory);
+  // the tail only while its landing is not withdrawn (start_drain_locked):
+  // it may be the caller's to free once withdraw has returned.
+  bool tail_wanted;
   {
-    // Under mu_: a withdraw meanwhile (start_drain_locked) means the tail is
-    // not to be touched, not even registered.
     std::lock_guard lock(mu_);
-    try {
-      op->head_desc = local_desc(*op, op->message.data.data(), op->message.data.size(), FI_RECV);
-      if (op->landing != 0 && !op->draining) {
-        op->tail_desc = local_desc(*op, op->tail, h.total_bytes - op->head_bytes, FI_RECV);
-      }
-    } catch (const FabricError& e) {
-      op->first_error = Status(StatusCode::kPeerError, e.what());
-    }
+    tail_wanted = op->landing != 0 && !op->draining;
+  }
+  Status st;
+  FidHandle<fid_mr> head_mr, tail_mr;
+  try {
+    head_mr = local_registration(op->message.data.data(), op->message.data.size(), FI_RECV);
+    if (tail_wanted) tail_mr = local_registration(op->tail, h.total_bytes - op->head_bytes, FI_RECV);
+  } catch (const FabricError& e) {
+    st = Status(StatusCode::kPeerError, e.what());
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!st.ok()) op->first_error = st;
+    op->head_desc = adopt_registration(*op, std::move(head_mr));
+    if (!op->draining) op->tail_desc = adopt_registration(*op, std::move(tail_mr));
   }
   post_more_chunks(op);
 }
@@ -340,19 +349,17 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
   deliver(inbound_done);
 }
 
-void Endpoint::Impl::start_drain_locked(Operation& op) {
+void Endpoint::Impl::start_drain_locked(Operation& op, ByteBuffer scratch, FidHandle<fid_mr> mr, bool registered) {
   if (op.cancelled || op.draining) return;
-  // Drained receives share one chunk of scratch (the message may be a
-  // single chunk, so up to its size).
-  op.scratch.resize(std::min<uint64_t>(op.chunk_bytes, op.bytes));
-  try {
-    op.scratch_desc = local_desc(op, op.scratch.data(), op.scratch.size(), FI_RECV);
-  } catch (const FabricError&) {
+  if (!registered) {
     // No scratch to drain into: end it instead; the sender's remaining
     // chunks then wait out its timeout.
     (void)end_early_locked(op, StatusCode::kTimedOut, ": its landing was withdrawn");
     return;
   }
+  // Drained receives share this one chunk of scratch.
+  op.scratch = std::move(scratch);
+  op.scratch_desc = adopt_registration(op, std::move(mr));
   op.draining = true;
   op.for_each_context([&](PostContext& pc) {
     if (pc.into_tail) (void)fi_cancel(&ep.get()->fid, &pc.fi_ctx);

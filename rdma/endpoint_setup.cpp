@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "rdma/fabric_error.h"
@@ -160,21 +161,21 @@ Endpoint::Impl::~Impl() {
   // operations, so their futures can be failed and their memory freed.
   ep.reset();
   pool_mr.reset();
-  // No provider touches it now; its registrations close while the domain
-  // is open, and its destructors run without our lock.
   std::vector<std::shared_ptr<void>> kept;
   {
     std::lock_guard lock(mu_);
+    ops.for_each([](Operation& op) {
+      if (op.kind != OpKind::kInbound && !op.fulfilled()) {
+        op.complete_locked(Status(StatusCode::kClosed, op.describe() + ": endpoint closed"));
+      }
+    });
+    ops.clear();  // with their own registrations, of retained memory too
     kept.swap(retained);
   }
+  // No provider touches it now, and no registration of it is left but its
+  // own, which closes while the domain is open; its destructors run
+  // without our lock.
   kept.clear();
-  std::lock_guard lock(mu_);
-  ops.for_each([](Operation& op) {
-    if (op.kind != OpKind::kInbound && !op.fulfilled()) {
-      op.complete_locked(Status(StatusCode::kClosed, op.describe() + ": endpoint closed"));
-    }
-  });
-  ops.clear();
 }
 
 FidHandle<fid_mr> Endpoint::Impl::register_raw(void* base, size_t length, uint64_t access, MemoryKind kind,
@@ -442,7 +443,13 @@ bool Endpoint::has_peer(PeerId peer) const {
 
 void Endpoint::retain_until_close(std::shared_ptr<void> memory) {
   std::lock_guard lock(impl_->mu_);
-  impl_->retained.push_back(std::move(memory));
+  try {
+    impl_->retained.push_back(std::move(memory));
+  } catch (const std::bad_alloc&) {
+    // No room to keep it: leak it rather than free memory the provider may
+    // still write.
+    (void)new (std::nothrow) std::shared_ptr<void>(std::move(memory));
+  }
 }
 
 MemoryRegion Endpoint::register_memory(void* base, size_t length, uint64_t access, MemoryKind kind,

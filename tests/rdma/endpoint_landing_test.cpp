@@ -179,14 +179,26 @@ TEST_P(EndpointLanding, AWithdrawnLandingIsNotUsed) {
 // (1024, posted a window at a time: many steps to withdraw in) and of 1
 // MiB (4, all posted at once; whether any is still unmatched when the
 // withdraw comes is up to the timing, which the test below fixes).
+void withdraw_after_every_chunk_was_posted(const std::string& provider, bool mr_local);
+
 // Withdrawn once every chunk receive of its message is posted, before any
 // chunk came (the sender here is a bare endpoint that holds them back): the
 // receives are cancelled and posted again into scratch, so the chunks sent
 // afterwards still find receives and never touch the tail; the message then
 // ends as failed, and the sender's next message follows it.
+// Also with every local buffer registered (FI_MR_LOCAL's path), the scratch included.
 TEST_P(EndpointLanding, WithdrawnAfterEveryChunkWasPostedTheRestIsDrained) {
-  Endpoint target(options_for(GetParam()));
-  testing::RawSender sender(GetParam());
+  for (const bool mr_local : {false, true}) {
+    SCOPED_TRACE(mr_local ? "register_local_buffers" : "plain");
+    withdraw_after_every_chunk_was_posted(GetParam(), mr_local);
+  }
+}
+
+void withdraw_after_every_chunk_was_posted(const std::string& provider, bool mr_local) {
+  EndpointOptions o = options_for(provider);
+  o.register_local_buffers = mr_local;
+  Endpoint target(o);
+  testing::RawSender sender(provider);
   target.add_peer(0, sender.address());
   constexpr size_t kChunk = 32 * kKiB, kHead = 48, kTail = 2 * kChunk - kHead;
   TailMemory mem(kTail);
@@ -228,6 +240,9 @@ TEST_P(EndpointLanding, WithdrawnAfterEveryChunkWasPostedTheRestIsDrained) {
   EXPECT_EQ(target.stats().inbound_failed, 1u);
   EXPECT_EQ(target.stats().messages_landed, 0u);
   EXPECT_TRUE(mem.untouched(true)) << "a chunk sent after withdraw wrote the tail";
+  if (mr_local) {
+    EXPECT_GT(target.stats().local_registrations, 0u);
+  }
 }
 
 class EndpointLandingWithdrawn : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};

@@ -7,7 +7,8 @@
 // chunks of `chunk_bytes` (the sender's libfabric message limit), each a
 // tagged send whose tag names the message and the chunk (chunk_tag). On the
 // header, the receiver allocates the whole message and posts one receive
-// per chunk, directed at the sender, so chunks land in place with no copy.
+// per chunk, directed at the sender, a window of them at a time
+// (kChunkWindow), so chunks land in place with no copy.
 //
 // This framing belongs to the transport; the parameter-server wire format
 // (DESIGN.md) is the payload and is validated by ps/.

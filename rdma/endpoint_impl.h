@@ -452,6 +452,8 @@ struct Endpoint::Impl {
   // operation is cancelled or a post failed, marks it all_posted (finishing
   // it when nothing is outstanding). The caller holds op's posting right.
   void post_more_chunks(Operation* op);
+  // Puts `op`, which keeps its posting right, in chunk_pending (mu_ held).
+  void park_chunks_locked(Operation* op);
   // Binds `op` (a large message announced by `h`) to the landing waiting
   // for it, if there is one it fits (mu_ held).
   void bind_landing_locked(Operation& op, const FrameHeader& h);

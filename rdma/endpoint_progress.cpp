@@ -218,6 +218,10 @@ void Endpoint::Impl::bind_landing_locked(Operation& op, const FrameHeader& h) {
 }
 
 void Endpoint::Impl::post_inbound_chunks(Operation* op, const FrameHeader& h) {
+  if (!(mr_mode & FI_MR_LOCAL)) {  // no registrations to make: no locks for them either
+    post_more_chunks(op);
+    return;
+  }
   // Registrations (FI_MR_LOCAL) are made without mu_ (they may pin memory);
   // the tail only while its landing is not withdrawn (start_drain_locked):
   // it may be the caller's to free once withdraw has returned.
@@ -270,8 +274,7 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
         break;
       }
       if (!take_slot_locked()) {
-        chunk_pending.push_back(op);
-        has_chunk_pending.store(true, std::memory_order_release);
+        park_chunks_locked(op);
         break;
       }
       redone = !op->redo.empty();
@@ -338,8 +341,7 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
       // The provider's receive queue is full: try again from progress_step,
       // once completions have made room; the deadline ends it meanwhile.
       op->unposted = pc;
-      chunk_pending.push_back(op);
-      has_chunk_pending.store(true, std::memory_order_release);
+      park_chunks_locked(op);
       break;
     }
     op->first_error = Status(StatusCode::kPeerError, op->describe() + " from " + describe_peer_locked(op->peer) +
@@ -347,6 +349,11 @@ void Endpoint::Impl::post_more_chunks(Operation* op) {
   }
   slots_cv_.notify_all();
   deliver(inbound_done);
+}
+
+void Endpoint::Impl::park_chunks_locked(Operation* op) {
+  chunk_pending.push_back(op);
+  has_chunk_pending.store(true, std::memory_order_release);
 }
 
 void Endpoint::Impl::start_drain_locked(Operation& op, ByteBuffer scratch, FidHandle<fid_mr> mr, bool registered) {

@@ -95,39 +95,11 @@ void resolve_cluster_flags(ClusterFlags& f) {
   }
   if (f.scheduler.empty()) throw std::invalid_argument("no scheduler: give --scheduler HOST:PORT or set PARAFAB_SCHEDULER");
   if (f.token_file.empty()) throw std::invalid_argument("no job token: give --token-file FILE or set PARAFAB_TOKEN_FILE");
-  (void)parse_host_port(f.scheduler);
+  (void)scheduler_address(f);
 }
 
-HostPort parse_host_port(const std::string& text) {
-  HostPort hp;
-  size_t colon = 0;
-  if (!text.empty() && text.front() == '[') {
-    const size_t close = text.find(']');
-    if (close == std::string::npos || close == 1 || close + 1 >= text.size() || text[close + 1] != ':') {
-      throw std::invalid_argument("scheduler address '" + text + "': expected [IPV6]:PORT");
-    }
-    hp.host = text.substr(1, close - 1);
-    colon = close + 1;
-  } else {
-    colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-      throw std::invalid_argument("scheduler address '" + text + "': expected HOST:PORT");
-    }
-    hp.host = text.substr(0, colon);
-  }
-  unsigned port = 0;
-  const char* b = text.data() + colon + 1;
-  const char* e = text.data() + text.size();
-  const auto [end, ec] = std::from_chars(b, e, port);
-  if (ec != std::errc() || end != e || port == 0 || port > 65535) {
-    throw std::invalid_argument("scheduler address '" + text + "': port must be 1-65535");
-  }
-  hp.port = static_cast<uint16_t>(port);
-  return hp;
-}
-
-std::string format_host_port(const std::string& host, uint16_t port) {
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+HostPort scheduler_address(const ClusterFlags& f) {
+  return parse_host_port(f.scheduler, "scheduler address (--scheduler or PARAFAB_SCHEDULER) ", PortRule::kRequired);
 }
 
 rdma::EndpointOptions endpoint_options(const ClusterFlags& f) {

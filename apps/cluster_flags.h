@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/host_port.h"
 #include "ps/cluster_map.h"
 #include "ps/job_token.h"
 #include "rdma/endpoint_options.h"
@@ -61,16 +62,9 @@ void add_checkpoint_flags(CLI::App* cmd, CheckpointFlags& flags, const std::stri
 // Throws std::invalid_argument naming the flag and variable that are missing.
 void resolve_cluster_flags(ClusterFlags& flags);
 
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-// "HOST:PORT", or "[IPV6]:PORT" (an IPv6 address without brackets is
-// split at its last colon); throws std::invalid_argument naming the text.
-HostPort parse_host_port(const std::string& text);
-// What parse_host_port reads back: "HOST:PORT", "[IPV6]:PORT" for a host
-// with a colon.
-std::string format_host_port(const std::string& host, uint16_t port);
+// The scheduler's address the flags or variables give (host_port.h;
+// a port is required). Throws std::invalid_argument naming the text.
+HostPort scheduler_address(const ClusterFlags& flags);
 
 rdma::EndpointOptions endpoint_options(const ClusterFlags& flags);
 std::chrono::milliseconds join_timeout(const ClusterFlags& flags);

@@ -11,10 +11,10 @@ ClusterNode join_cluster(const ClusterFlags& flags, ps::Role role,
                          std::vector<ps::TableSchema> tables, std::string resume_dir) {
   ClusterNode node;
   node.endpoint = std::make_unique<rdma::Endpoint>(endpoint_options(flags));
-  const HostPort sched = parse_host_port(flags.scheduler);
+  const HostPort sched = scheduler_address(flags);
   ps::SchedulerClientOptions co;
   co.host = sched.host;
-  co.port = sched.port;
+  co.port = *sched.port;  // required
   co.token = ps::JobToken::from_file(flags.token_file);
   co.role = role;
   co.host_name = this_host_name();

@@ -363,7 +363,7 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
       "SLURM_NTASKS or SLURM_NPROCS (scheduler host: first host of SLURM_STEP_NODELIST, SLURM_NODELIST or "
       "SLURM_JOB_NODELIST); OMPI_COMM_WORLD_RANK + "
       "OMPI_COMM_WORLD_SIZE; PMI_RANK + PMI_SIZE. The size must be 1 + servers + workers. PARAFAB_SCHEDULER=HOST[:PORT] "
-      "(or [IPV6][:PORT]) names the scheduler under any launcher. See docs/cluster.md.");
+      "(or [IPV6][:PORT], or a bare IPV6 without a port) names the scheduler under any launcher. See docs/cluster.md.");
   cmd->callback([f, port, &ctx] {
     ctx.exit_code = run_guarded("node", [&] {
       NodeFlags flags = *f;

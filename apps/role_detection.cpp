@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "apps/host_port.h"
+
 extern char** environ;
 
 namespace parafab::apps {
@@ -166,35 +168,11 @@ void place_by_launcher(const EnvMap& env, JobShape shape, EnvScheme scheme, Node
 void apply_parafab_scheduler(const EnvMap& env, NodePlacement& p) {
   const std::optional<std::string> text = get(env, "PARAFAB_SCHEDULER");
   if (!text) return;
-  auto bad = [&] {
-    return invalid_argument(fmt::format(
-        "PARAFAB_SCHEDULER='{}': expected HOST, HOST:PORT, [IPV6] or [IPV6]:PORT with a port 1-65535", *text));
-  };
-  auto take_port = [&](const std::string& port_text) {
-    unsigned port = 0;
-    const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-    if (!all_digits(port_text) || ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 ||
-        port > 65535) {
-      throw bad();
-    }
-    p.scheduler_port = static_cast<uint16_t>(port);
-  };
-  std::string host = *text;
-  const size_t colon = text->rfind(':');
-  if (!text->empty() && text->front() == '[') {  // [IPV6] or [IPV6]:PORT (what launch writes for one)
-    const size_t close = text->find(']');
-    if (close == std::string::npos) throw bad();
-    host = text->substr(1, close - 1);
-    if (close + 1 < text->size()) {
-      if ((*text)[close + 1] != ':') throw bad();
-      take_port(text->substr(close + 2));
-    }
-  } else if (colon != std::string::npos && text->find(':') == colon) {  // one colon: HOST:PORT (not a bare IPv6 address)
-    take_port(text->substr(colon + 1));
-    host = text->substr(0, colon);
-  }
-  if (host.empty()) throw invalid_argument(fmt::format("PARAFAB_SCHEDULER='{}': no host", *text));
-  p.scheduler_host = host;
+  // The grammar --scheduler has (host_port.h), the port optional: --port, or
+  // the default, stands in for it.
+  const HostPort hp = parse_host_port(*text, "PARAFAB_SCHEDULER=", PortRule::kOptional);
+  p.scheduler_host = hp.host;
+  p.scheduler_port = hp.port;
   p.evidence += fmt::format(" PARAFAB_SCHEDULER={}", *text);
 }
 

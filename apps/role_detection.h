@@ -16,7 +16,8 @@
 // Global rank 0 is the scheduler, 1..S the servers, S+1..S+W the workers;
 // the size must be 1+S+W.
 //
-// The scheduler's host: PARAFAB_SCHEDULER (HOST or HOST:PORT) wins, then the
+// The scheduler's host: PARAFAB_SCHEDULER (HOST[:PORT], [IPV6][:PORT] or a
+// bare IPV6, as host_port.h reads it) wins, then the
 // Slurm node list; under ompi and pmi, where no variable names rank 0's host,
 // a job that is all on this host (OMPI_COMM_WORLD_LOCAL_SIZE or
 // MPI_LOCALNRANKS equal to the size) uses 127.0.0.1; otherwise the host is
@@ -58,7 +59,7 @@ struct NodePlacement {
   uint32_t role_rank = 0;    // index among the role (server i, worker j)
   uint32_t size = 0;         // 1+S+W
   std::string scheduler_host;            // empty: no variable names it
-  std::optional<uint16_t> scheduler_port;  // only from PARAFAB_SCHEDULER=HOST:PORT
+  std::optional<uint16_t> scheduler_port;  // only from PARAFAB_SCHEDULER with a port
   std::string evidence;  // the variables read, e.g. "SLURM_PROCID=3 SLURM_NTASKS=6", for logs
 };
 

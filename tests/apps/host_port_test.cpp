@@ -1,7 +1,10 @@
 // The scheduler's address as the flags and variables carry it
-// (apps/cluster_flags.h): HOST:PORT and [IPV6]:PORT read and written back,
-// bad ones refused naming the text; and --join-timeout's variable, which
-// launch and node set for their workers.
+// (apps/host_port.h): HOST:PORT and [IPV6]:PORT read and written back, one
+// grammar whether the port is required (--scheduler) or not
+// (PARAFAB_SCHEDULER for parafab node), bad ones refused naming the text;
+// and --join-timeout's variable, which launch and node set for their workers.
+#include "apps/host_port.h"
+
 #include "apps/cluster_flags.h"
 
 #include <gtest/gtest.h>
@@ -16,9 +19,13 @@
 namespace parafab::apps {
 namespace {
 
-std::string error_of(const std::string& text) {
+HostPort parse_required(const std::string& text) {
+  return parse_host_port(text, "scheduler address ", PortRule::kRequired);
+}
+
+std::string error_of(const std::string& text, PortRule rule = PortRule::kRequired) {
   try {
-    (void)parse_host_port(text);
+    (void)parse_host_port(text, "scheduler address ", rule);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
@@ -31,12 +38,37 @@ TEST(HostPort, HostsAndIpv6AddressesWithTheirPorts) {
       {"10.0.0.5:1", {"10.0.0.5", 1}},
       {"[fe80::1]:9737", {"fe80::1", 9737}},
       {"[::1]:65535", {"::1", 65535}},
-      {"fe80::1:9737", {"fe80::1", 9737}},  // no brackets: split at the last colon
   };
   for (const auto& [text, want] : cases) {
-    const HostPort got = parse_host_port(text);
-    EXPECT_EQ(got.host, want.host) << text;
-    EXPECT_EQ(got.port, want.port) << text;
+    for (const PortRule rule : {PortRule::kRequired, PortRule::kOptional}) {
+      const HostPort got = parse_host_port(text, "x=", rule);
+      EXPECT_EQ(got.host, want.host) << text;
+      EXPECT_EQ(got.port, want.port) << text;
+    }
+  }
+}
+
+// Without brackets, two or more colons are an IPv6 address and nothing
+// else: never split at a colon that may belong to it (fe80::1:9737 is an
+// address of its own), whether or not a port is required.
+TEST(HostPort, ABareIpv6AddressHasNoPortUnderEitherRule) {
+  for (const std::string text : {"fe80::1", "fe80::1:9737", "::1", "2001:db8::17"}) {
+    const HostPort got = parse_host_port(text, "x=", PortRule::kOptional);
+    EXPECT_EQ(got.host, text);
+    EXPECT_FALSE(got.port.has_value()) << text;
+    const std::string msg = error_of(text);
+    EXPECT_NE(msg.find("'" + text + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[" + text + "]:PORT"), std::string::npos) << msg;  // how to write it with a port
+  }
+}
+
+TEST(HostPort, APortMayBeLeftOutOnlyWhereItIsOptional) {
+  for (const auto& [text, host] : {std::pair<std::string, std::string>{"head.example", "head.example"},
+                                   {"10.0.0.5", "10.0.0.5"}, {"[fe80::1]", "fe80::1"}}) {
+    const HostPort got = parse_host_port(text, "x=", PortRule::kOptional);
+    EXPECT_EQ(got.host, host);
+    EXPECT_FALSE(got.port.has_value()) << text;
+    EXPECT_NE(error_of(text).find("no port"), std::string::npos) << text;
   }
 }
 
@@ -45,7 +77,7 @@ TEST(HostPort, WrittenAddressesReadBackTheSame) {
                                    {"fe80::1", 9737}, {"2001:db8::17", 443}}) {
     const std::string text = format_host_port(host, port);
     EXPECT_EQ(text.find(':') != text.rfind(':'), text.front() == '[') << text;  // brackets exactly for IPv6
-    const HostPort back = parse_host_port(text);
+    const HostPort back = parse_required(text);
     EXPECT_EQ(back.host, host) << text;
     EXPECT_EQ(back.port, port) << text;
   }
@@ -54,10 +86,31 @@ TEST(HostPort, WrittenAddressesReadBackTheSame) {
 }
 
 TEST(HostPort, BadAddressesAreNamed) {
-  for (const std::string text : {"head", ":9000", "head:0", "head:65536", "head:x", "[fe80::1", "[fe80::1]",
-                                  "[fe80::1]9000", "[]:9000", "[fe80::1]:", "[fe80::1]:0"}) {
+  for (const std::string text : {"head", ":9000", "head:0", "head:65536", "head:x", "head:+1", "head: 1", "[fe80::1",
+                                  "[fe80::1]", "[fe80::1]9000", "[]:9000", "[fe80::1]:", "[fe80::1]:0"}) {
     const std::string msg = error_of(text);
-    EXPECT_NE(msg.find("'" + text + "'"), std::string::npos) << text << " -> " << msg;
+    EXPECT_EQ(msg.find("scheduler address '" + text + "': "), 0u) << text << " -> " << msg;
+  }
+  // The same texts, but for "head" and "[fe80::1]", are wrong where the port is optional too.
+  for (const std::string text : {":9000", "head:0", "head:65536", "head:x", "[fe80::1", "[fe80::1]9000", "[]:9000",
+                                  "[fe80::1]:", "[fe80::1]:0", "[]"}) {
+    EXPECT_NE(error_of(text, PortRule::kOptional).find("'" + text + "'"), std::string::npos) << text;
+  }
+  EXPECT_NE(error_of("[fe80::1").find("without ']'"), std::string::npos);
+  EXPECT_NE(error_of(":9000").find("no host"), std::string::npos);
+  EXPECT_NE(error_of("head:65536").find("1-65535"), std::string::npos);
+}
+
+TEST(HostPort, TheClusterFlagsRequireAPort) {
+  ClusterFlags f;
+  f.scheduler = "[fe80::1]:9737";
+  EXPECT_EQ(scheduler_address(f).port, std::optional<uint16_t>(9737));
+  f.scheduler = "fe80::1";
+  try {
+    (void)scheduler_address(f);
+    ADD_FAILURE() << "a scheduler address without a port was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--scheduler or PARAFAB_SCHEDULER"), std::string::npos) << e.what();
   }
 }
 

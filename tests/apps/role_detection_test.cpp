@@ -166,6 +166,10 @@ TEST(RoleDetection, ParafabSchedulerTakesIpv6InBrackets) {
   p = placed("fe80::1");
   EXPECT_EQ(p.scheduler_host, "fe80::1");
   EXPECT_FALSE(p.scheduler_port.has_value());
+  // As --scheduler reads it (host_port.h): a bare address, not fe80::1 port 9737.
+  p = placed("fe80::1:9737");
+  EXPECT_EQ(p.scheduler_host, "fe80::1:9737");
+  EXPECT_FALSE(p.scheduler_port.has_value());
   for (const std::string bad : {"[fe80::1", "[fe80::1]9737", "[fe80::1]:", "[fe80::1]:0", "[fe80::1]:x"}) {
     EXPECT_ERROR_HAS(placed(bad), "PARAFAB_SCHEDULER='" + bad + "'");
   }

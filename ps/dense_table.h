@@ -13,7 +13,7 @@
 // (v2), and keeps the values only if v1 == v2 and v1 is even; try_read does
 // exactly that in-process. Memory-order pairing (Boehm, "Can seqlocks get
 // along with programming language memory models?", MSPC 2012):
-//   writer: store(v+1, relaxed); fence(release); value stores (relaxed);
+//   writer: store(v+1, relaxed); fence(release); value stores;
 //           store(v+2, release)
 //   reader: v1 = load(acquire); value loads (relaxed); fence(acquire);
 //           v2 = load(relaxed)
@@ -22,8 +22,10 @@
 // - the writer's release fence pairs with the reader's acquire fence: a
 //   reader whose value loads saw any store of a push sees v2 >= v+1, so it
 //   retries.
-// Values are stored and loaded as relaxed atomics (std::atomic_ref), so a
-// concurrent in-process reader is not a data race. A remote RMA reader does
+// try_read loads the values as relaxed atomics (std::atomic_ref); a push
+// stores them with memcpy, which vectorizes, and a ThreadSanitizer build
+// with relaxed atomic stores (dense_table.cpp, store_values, says why the
+// seqlock makes that safe). A remote RMA reader does
 // the same three reads as separate operations, each completed before the
 // next; version_word() and values() both lie in region(), one allocation
 // that can be registered once.

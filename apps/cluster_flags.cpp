@@ -25,7 +25,7 @@ void from_env(std::string& field, const char* var, const char* fallback) {
 }  // namespace
 
 void add_cluster_flags(CLI::App* cmd, ClusterFlags& f) {
-  cmd->add_option("--scheduler", f.scheduler, "The scheduler's HOST:PORT (else $PARAFAB_SCHEDULER)");
+  cmd->add_option("--scheduler", f.scheduler, "The scheduler's HOST:PORT or [IPV6]:PORT (else $PARAFAB_SCHEDULER)");
   cmd->add_option("--token-file", f.token_file, "File holding the job token (else $PARAFAB_TOKEN_FILE)");
   cmd->add_option("--provider", f.provider,
                   "libfabric provider: tcp;ofi_rxm, shm, verbs;ofi_rxm, efa (else $PARAFAB_PROVIDER, default tcp;ofi_rxm)");
@@ -93,7 +93,7 @@ void resolve_cluster_flags(ClusterFlags& f) {
       f.role_rank = r;
     }
   }
-  if (f.scheduler.empty()) throw std::invalid_argument("no scheduler: give --scheduler HOST:PORT or set PARAFAB_SCHEDULER");
+  if (f.scheduler.empty()) throw std::invalid_argument("no scheduler: give --scheduler HOST:PORT (or [IPV6]:PORT) or set PARAFAB_SCHEDULER");
   if (f.token_file.empty()) throw std::invalid_argument("no job token: give --token-file FILE or set PARAFAB_TOKEN_FILE");
   (void)scheduler_address(f);
 }

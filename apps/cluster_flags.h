@@ -2,7 +2,7 @@
 // `worker`, `train` under `launch`), with their environment fallbacks: a
 // flag given wins, else the variable, else the default.
 //
-//   --scheduler HOST:PORT   PARAFAB_SCHEDULER
+//   --scheduler HOST:PORT   PARAFAB_SCHEDULER    (or [IPV6]:PORT: apps/host_port.h)
 //   --token-file FILE       PARAFAB_TOKEN_FILE   (the job token; never on the command line)
 //   --provider NAME         PARAFAB_PROVIDER     (default tcp;ofi_rxm)
 //   --node ADDRESS          PARAFAB_NODE         (fabric bind address, default 127.0.0.1)

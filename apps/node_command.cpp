@@ -179,7 +179,15 @@ Plan make_plan(const NodeFlags& f, const EnvMap& env) {
   Plan plan;
   plan.placement = detect_placement(env, shape, parse_env_scheme(f.launcher));
   NodePlacement& p = plan.placement;
-  if (!f.scheduler_host.empty()) p.scheduler_host = f.scheduler_host;
+  if (!f.scheduler_host.empty()) {
+    // A host, read as PARAFAB_SCHEDULER is (host_port.h); the port is --port's.
+    const HostPort hp = parse_host_port(f.scheduler_host, "--scheduler-host ", PortRule::kOptional);
+    if (hp.port) {
+      throw std::invalid_argument(
+          fmt::format("--scheduler-host '{}': a host, without a port (give the port with --port)", f.scheduler_host));
+    }
+    p.scheduler_host = hp.host;
+  }
   if (p.scheduler_host.empty() && p.role != NodeRole::kScheduler) {
     throw std::invalid_argument(fmt::format(
         "no scheduler host: under {} no variable names global rank 0's host; give --scheduler-host HOST or set "
@@ -288,9 +296,9 @@ int run_node(const NodeFlags& f) {
                                ? std::string("scheduler")
                                : fmt::format("{} {}", to_string(p.role), p.role_rank);
   std::fprintf(stderr, "%s\n",
-               fmt::format("node: global rank {} of {} ({}: {}) is {}; scheduler {}:{}", p.global_rank, p.size,
-                           to_string(p.scheme), p.evidence,
-                           what, p.role == NodeRole::kScheduler ? f.bind : p.scheduler_host, plan.port)
+               fmt::format("node: global rank {} of {} ({}: {}) is {}; scheduler {}", p.global_rank, p.size,
+                           to_string(p.scheme), p.evidence, what,
+                           format_host_port(p.role == NodeRole::kScheduler ? f.bind : p.scheduler_host, plan.port))
                    .c_str());
   if (f.dry_run) {
     for (const auto& [k, v] : plan.env) std::printf("%s=%s\n", k.c_str(), v.c_str());
@@ -320,7 +328,7 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--bind", f->bind, "Address the scheduler (rank 0) listens on")->capture_default_str();
   cmd->add_option("--scheduler-host", f->scheduler_host,
-                  "Host of global rank 0, overriding the environment (needed under mpirun/PMI across hosts)");
+                  "Host of global rank 0 (HOST or an IPv6 address, bare or in brackets; no port: see --port), overriding the environment (needed under mpirun/PMI across hosts)");
   cmd->add_option("--launcher", f->launcher,
                   "Which variables give the rank: auto (PARAFAB_ROLE, then SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
                   "PMI_RANK), parafab, slurm, ompi, pmi")

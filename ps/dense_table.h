@@ -22,10 +22,13 @@
 // - the writer's release fence pairs with the reader's acquire fence: a
 //   reader whose value loads saw any store of a push sees v2 >= v+1, so it
 //   retries.
-// try_read loads the values as relaxed atomics (std::atomic_ref); a push
-// stores them with memcpy, which vectorizes, and a ThreadSanitizer build
-// with relaxed atomic stores (dense_table.cpp, store_values, says why the
-// seqlock makes that safe). A remote RMA reader does
+// The pairing holds as written for atomic value stores, which is what a
+// ThreadSanitizer build makes. Otherwise a push stores the values with
+// memcpy, which vectorizes (dense_table.cpp, store_values): correct on the
+// hardware (a compiler barrier keeps the stores after the odd version, and
+// x86 and arm64 keep the order of stores after a release fence), but in
+// C++'s model an in-process reader (only try_read, in tests) then races
+// with them. try_read loads the values as relaxed atomics. A remote RMA reader does
 // the same three reads as separate operations, each completed before the
 // next; version_word() and values() both lie in region(), one allocation
 // that can be registered once.

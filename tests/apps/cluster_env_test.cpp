@@ -289,6 +289,33 @@ TEST_F(ClusterEnv, DryRunWritesAnIpv6SchedulerInBrackets) {
   EXPECT_TRUE(contains(p.output(), "PARAFAB_SCHEDULER=[fe80::1]:9800\n")) << p.output();
 }
 
+// --scheduler-host is read as PARAFAB_SCHEDULER's host (apps/host_port.h):
+// an IPv6 address bare or in brackets goes on in brackets once; a port in
+// it is refused, naming --port.
+TEST_F(ClusterEnv, SchedulerHostTakesIpv6BareOrInBracketsAndNoPort) {
+  std::vector<std::string> env = blank_launcher_variables();
+  env.insert(env.end(), {"PARAFAB_TOKEN_FILE=" + token_, "PMI_RANK=2", "PMI_SIZE=3"});
+  for (const std::string host : {"fe80::1", "[fe80::1]"}) {
+    ChildProcess p({kBin, "node", "--servers", "1", "--workers", "1", "--port", "9800", "--scheduler-host", host,
+                    "--iface", "lo", "--dry-run", "--", "echo", "hi"},
+                   merged(env));
+    ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
+    EXPECT_EQ(p.exit_code(), std::optional<int>(0)) << host << "\n" << p.output();
+    EXPECT_TRUE(contains(p.output(), "PARAFAB_SCHEDULER=[fe80::1]:9800\n")) << host << "\n" << p.output();
+  }
+  for (const auto& [host, why] : {std::pair<std::string, std::string>{"head:9000", "give the port with --port"},
+                                  {"[fe80::1]:9000", "give the port with --port"},
+                                  {"head::9000", "not an IPv6 address"}}) {
+    ChildProcess p({kBin, "node", "--servers", "1", "--workers", "1", "--scheduler-host", host, "--dry-run", "--",
+                    "echo", "hi"},
+                   merged(env));
+    ASSERT_TRUE(benchmarks::wait_for_exit({&p}, Clock::now() + 30s)) << p.output();
+    EXPECT_EQ(p.exit_code(), std::optional<int>(2)) << host << "\n" << p.output();
+    EXPECT_TRUE(contains(p.output(), "--scheduler-host '" + host + "'")) << p.output();
+    EXPECT_TRUE(contains(p.output(), why)) << why << "\n" << p.output();
+  }
+}
+
 // A server's command carries the checkpoint flags (and --recover, for one
 // started again to rejoin); the scheduler's the worker-failure policy and
 // the rejoin timeout.

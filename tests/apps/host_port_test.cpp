@@ -62,6 +62,29 @@ TEST(HostPort, ABareIpv6AddressHasNoPortUnderEitherRule) {
   }
 }
 
+// The hint names both readings of an address whose last group could be a
+// port; a bracketed address without one is told so without the IPv6 lesson.
+TEST(HostPort, AMissingPortIsExplainedForTheFormGiven) {
+  const std::string both = error_of("fe80::1:9737");
+  EXPECT_NE(both.find("[fe80::1]:9737 if 9737 is the port"), std::string::npos) << both;
+  EXPECT_NE(both.find("[fe80::1:9737]:PORT if it is part of the address"), std::string::npos) << both;
+  EXPECT_NE(error_of("[fe80::1]").find("no port (expected [IPV6]:PORT)"), std::string::npos);
+  EXPECT_NE(error_of("head").find("no port (expected HOST:PORT)"), std::string::npos);
+  // A scoped address keeps its zone.
+  EXPECT_EQ(parse_host_port("fe80::1%eth0", "x=", PortRule::kOptional).host, "fe80::1%eth0");
+  EXPECT_EQ(parse_host_port("[fe80::1%eth0]:9737", "x=", PortRule::kRequired).host, "fe80::1%eth0");
+}
+
+// Several colons that are not an IPv6 address are a typo, not a host.
+TEST(HostPort, SeveralColonsThatAreNoIpv6AddressAreRefusedEverywhere) {
+  for (const std::string text : {"head::9000", "head:9000:", "a:b:c", "::1::2", ":::"}) {
+    for (const PortRule rule : {PortRule::kRequired, PortRule::kOptional}) {
+      const std::string msg = error_of(text, rule);
+      EXPECT_NE(msg.find("'" + text + "': not an IPv6 address"), std::string::npos) << text << " -> " << msg;
+    }
+  }
+}
+
 TEST(HostPort, APortMayBeLeftOutOnlyWhereItIsOptional) {
   for (const auto& [text, host] : {std::pair<std::string, std::string>{"head.example", "head.example"},
                                    {"10.0.0.5", "10.0.0.5"}, {"[fe80::1]", "fe80::1"}}) {
@@ -86,14 +109,15 @@ TEST(HostPort, WrittenAddressesReadBackTheSame) {
 }
 
 TEST(HostPort, BadAddressesAreNamed) {
-  for (const std::string text : {"head", ":9000", "head:0", "head:65536", "head:x", "head:+1", "head: 1", "[fe80::1",
-                                  "[fe80::1]", "[fe80::1]9000", "[]:9000", "[fe80::1]:", "[fe80::1]:0"}) {
+  for (const std::string text : {"head", ":9000", ":", "", "[", "[]", "head:0", "head:65536", "head:99999999999",
+                                  "head:x", "head:+1", "head: 1", "[fe80::1", "[fe80::1]", "[fe80::1]9000", "[]:9000",
+                                  "[fe80::1]:", "[::1]:", "[fe80::1]:0"}) {
     const std::string msg = error_of(text);
     EXPECT_EQ(msg.find("scheduler address '" + text + "': "), 0u) << text << " -> " << msg;
   }
   // The same texts, but for "head" and "[fe80::1]", are wrong where the port is optional too.
-  for (const std::string text : {":9000", "head:0", "head:65536", "head:x", "[fe80::1", "[fe80::1]9000", "[]:9000",
-                                  "[fe80::1]:", "[fe80::1]:0", "[]"}) {
+  for (const std::string text : {":9000", ":", "", "head:0", "head:65536", "head:x", "[", "[fe80::1", "[fe80::1]9000",
+                                  "[]:9000", "[fe80::1]:", "[fe80::1]:0", "[]"}) {
     EXPECT_NE(error_of(text, PortRule::kOptional).find("'" + text + "'"), std::string::npos) << text;
   }
   EXPECT_NE(error_of("[fe80::1").find("without ']'"), std::string::npos);

@@ -26,7 +26,10 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <stdexcept>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 namespace parafab::apps {
 
@@ -70,6 +73,42 @@ inline std::string cache_file_problem(const std::string& path) {
 }
 
 }  // namespace detail
+
+// A file a command writes must be none of the files it reads, and no other
+// file it writes: `train --test t.svm --predictions t.svm` would replace the
+// test set, `--predictions x --save-model x` the predictions. Each pair is
+// (flag, path); empty paths are skipped. Throws std::invalid_argument
+// naming both flags and the file. Two paths are one file when both exist
+// and are the same file (links included), or when they name the same place.
+using NamedPath = std::pair<std::string, std::string>;
+inline void check_distinct_files(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
+  namespace fs = std::filesystem;
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+    const fs::path ca = fs::weakly_canonical(a, ec);
+    if (ec) return a == b;
+    const fs::path cb = fs::weakly_canonical(b, ec);
+    return ec ? a == b : ca == cb;
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [out_flag, out] = outputs[i];
+    if (out.empty()) continue;
+    for (const auto& [in_flag, in] : inputs) {
+      if (!in.empty() && same(in, out)) {
+        throw std::invalid_argument(out_flag + " " + out + " is the file " + in_flag + " reads (" + in +
+                                    "): it would be overwritten; write elsewhere");
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const auto& [other_flag, other] = outputs[j];
+      if (!other.empty() && same(other, out)) {
+        throw std::invalid_argument(out_flag + " " + out + " is also " + other_flag +
+                                    "'s file: one would overwrite the other");
+      }
+    }
+  }
+}
 
 inline const CLI::Validator kPositiveNumber = detail::number_check(false, "POSITIVE", "a positive number");
 inline const CLI::Validator kNonNegativeNumber = detail::number_check(true, "NONNEGATIVE", "a number >= 0");

@@ -58,6 +58,9 @@ int run_predict_model(const PredictFlags& f) {
 }
 
 int run_predict(const PredictFlags& f) {
+  std::vector<NamedPath> inputs{{"--model", f.model}};
+  for (const std::string& d : f.data) inputs.emplace_back("--data", d);
+  check_distinct_files(inputs, {{"--out", f.out}});
   check_one_format(f.data, f.data_flags);
   if (worker::is_model_file(f.model)) return run_predict_model(f);
   const worker::LinearModel model = worker::load_linear_model(f.model);

@@ -379,6 +379,19 @@ int run_train(const TrainFlags& flags) {
     throw std::invalid_argument("--partition: --cache holds a whole file; give one or the other");
   }
   // Before a job is joined or a file parsed.
+  {
+    std::vector<NamedPath> inputs;
+    for (const std::string& t : flags.train) inputs.emplace_back("--train", t);
+    for (const std::string& t : flags.test) inputs.emplace_back("--test", t);
+    inputs.emplace_back("--planted", flags.planted);
+    std::error_code ec;
+    // A --cache that is a file (one --train) is written; a directory holds caches by name.
+    const bool cache_file = !flags.cache.empty() && !std::filesystem::is_directory(flags.cache, ec);
+    check_distinct_files(inputs, {{"--save-model", flags.save_model},
+                                  {"--predictions", flags.predictions},
+                                  {"--metrics-out", flags.metrics_out},
+                                  {"--cache", cache_file ? flags.cache : std::string()}});
+  }
   check_one_format(flags.train, flags.data);
   check_one_format(flags.test, flags.data);
   (void)cache_paths_for(flags.cache, flags.train);

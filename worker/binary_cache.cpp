@@ -262,6 +262,21 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source, uint64_t
   return Dataset(view, std::move(mapping));
 }
 
+namespace {
+
+// Empty, or starting with the cache magic of any version ("PFABCSH" and a
+// digit): a file a cache may replace. A damaged cache still starts so.
+bool looks_like_cache(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.fd < 0) return true;  // unreadable: open_binary_cache names why
+  char head[sizeof kMagic] = {};
+  const ssize_t n = ::read(fd.fd, head, sizeof head);
+  if (n == 0) return true;
+  return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kMagic, sizeof kMagic - 1) == 0;
+}
+
+}  // namespace
+
 Dataset load_dataset(const std::string& path, const ReadOptions& options, const std::string& cache_path,
                      ReadStats* stats, bool* from_cache, std::string* rebuilt_because) {
   if (from_cache) *from_cache = false;
@@ -273,6 +288,16 @@ Dataset load_dataset(const std::string& path, const ReadOptions& options, const 
   std::string why;
   std::error_code ec;
   if (std::filesystem::exists(cache_path, ec)) {
+    // A file at the cache path is replaced only if it is a cache (or
+    // empty): --cache naming the data file itself, a test file or a model
+    // by mistake must not cost the user that file.
+    if (std::filesystem::equivalent(path, cache_path, ec)) {
+      throw DataError(cache_path, "the cache path is the data file " + path + " itself; give the cache a path of its own");
+    }
+    if (!looks_like_cache(cache_path)) {
+      throw DataError(cache_path, "this file is not a parafab binary cache, so it is not replaced by one; remove it "
+                                  "or give the cache another path");
+    }
     try {
       SourceStamp recorded;
       uint64_t skipped = 0;

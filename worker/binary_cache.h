@@ -56,7 +56,9 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source = nullptr
 // non-empty) write the cache. *from_cache tells which happened. A missing,
 // stale or damaged cache is rebuilt, not an error; a parse error, a missing
 // source or a failure to write the cache throws DataError (no cache is
-// written on a parse error). From a cache, *stats holds only `examples`.
+// written on a parse error), and so does a cache path that is the source
+// itself or a file that is not a cache (not empty, no "PFABCSH" magic):
+// such a file is never replaced. From a cache, *stats holds only `examples`.
 // *rebuilt_because says why a cache file that was there was not used (it is
 // empty when there was none, or it was used): "it cannot be used: <the check
 // that failed>", "<path> changed since it was built", or "it was built

@@ -213,6 +213,37 @@ TEST_F(Cli, OutputFilesThatCannotBeWrittenAreRefusedBeforeAnyWork) {
   EXPECT_FALSE(contains(r.out, "--cache:")) << r.out;
 }
 
+// An output that is an input, or another output, is refused before any
+// work, and the input is left as it was: --cache, --predictions or
+// --save-model given the data's own path by mistake used to replace it.
+TEST_F(Cli, OutputsThatAreInputsAreRefusedBeforeAnyWork) {
+  const std::string train_file = dir_->file("train.svm"), test_file = dir_->file("test.svm");
+  const std::string train = " --train " + train_file + " --test " + test_file;
+  const std::string before = read_file(train_file), test_before = read_file(test_file);
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"train" + train + " --cache " + train_file, "--cache " + train_file + " is the file --train reads"},
+      {"train" + train + " --save-model " + train_file, "--save-model " + train_file + " is the file --train reads"},
+      {"train" + train + " --predictions " + test_file, "--predictions " + test_file + " is the file --test reads"},
+      {"train" + train + " --predictions " + dir_->file("x") + " --save-model " + dir_->file("x"),
+       "--predictions " + dir_->file("x") + " is also --save-model's file"},
+      {"predict --model " + dir_->file("planted.w") + " --data " + test_file + " --out " + test_file,
+       "--out " + test_file + " is the file --data reads"},
+      {"predict --model " + dir_->file("planted.w") + " --data " + test_file + " --out " + dir_->file("planted.w"),
+       "--out " + dir_->file("planted.w") + " is the file --model reads"},
+  };
+  for (const Case& c : cases) {
+    const CmdResult r = run_cli(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, c.message)) << c.args << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "parsed")) << c.args << "\n" << r.out;
+  }
+  EXPECT_EQ(read_file(train_file), before);
+  EXPECT_EQ(read_file(test_file), test_before);
+}
+
 // Training on no examples is an error naming the file, not a run that
 // reports metrics of nothing.
 TEST_F(Cli, ATrainingFileWithoutExamplesIsAnError) {
@@ -473,8 +504,15 @@ TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(contains(r.out, bad + ":3:")) << r.out;
 
-  // A damaged cache is rebuilt from the text, and the run says why.
+  // A damaged cache (its magic intact: cut after 20 bytes) is rebuilt from
+  // the text, and the run says why; a file that is no cache is not replaced.
+  const std::string whole_cache = read_file(cache);
   std::ofstream(cache) << "not a cache";
+  r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, cache + ": this file is not a parafab binary cache, so it is not replaced")) << r.out;
+  EXPECT_EQ(read_file(cache), "not a cache");
+  std::ofstream(cache, std::ios::binary | std::ios::trunc) << whole_cache.substr(0, 20);
   r = run_cli("train --train " + bad + " --epochs 1 --skip-bad-lines --cache " + cache);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "train " + bad + ": rebuilt the cache " + cache + ": it cannot be used: ")) << r.out;

@@ -282,6 +282,36 @@ TEST_F(BinaryCache, LoadDatasetUsesAFreshCacheAndRebuildsAStaleOne) {
   EXPECT_FALSE(from_cache);
 }
 
+// --cache naming the data file, or any other file that is not a cache (a
+// test set, a model), is refused and the file left as it was; an empty
+// file is a cache to be.
+TEST_F(BinaryCache, LoadDatasetNeverReplacesAFileThatIsNotACache) {
+  const std::string src = dir_.file("train.svm");
+  const std::string text = "1 1:1 2:2\n0 3:3\n";
+  test::write_file(src, text);
+  std::string msg = data_error_of([&] { load_dataset(src, {}, src); });
+  EXPECT_EQ(msg, src + ": the cache path is the data file " + src + " itself; give the cache a path of its own");
+  EXPECT_EQ(test::read_file(src), text);
+  const std::string other = dir_.file("test.svm");
+  test::write_file(other, "0 5:1\n");
+  msg = data_error_of([&] { load_dataset(src, {}, other); });
+  EXPECT_NE(msg.find(other + ": this file is not a parafab binary cache, so it is not replaced"), std::string::npos)
+      << msg;
+  EXPECT_EQ(test::read_file(other), "0 5:1\n");
+  test::write_file(cache_, "");
+  bool from_cache = true;
+  EXPECT_EQ(load_dataset(src, {}, cache_, nullptr, &from_cache).rows(), 2u);
+  EXPECT_FALSE(from_cache);
+  EXPECT_TRUE(load_dataset(src, {}, cache_, nullptr, &from_cache).rows() == 2u && from_cache);
+  // A cache of another version is still a cache: rebuilt.
+  const uint32_t old_version = 1;
+  patch(cache_, 8, &old_version, 4);
+  std::string why;
+  EXPECT_EQ(load_dataset(src, {}, cache_, nullptr, &from_cache, &why).rows(), 2u);
+  EXPECT_FALSE(from_cache);
+  EXPECT_NE(why.find("version 1"), std::string::npos) << why;
+}
+
 TEST_F(BinaryCache, LoadDatasetPropagatesParseErrorsAndWritesNoCache) {
   const std::string src = dir_.file("bad.svm");
   test::write_file(src, "1 1:1\n1 x:1\n");

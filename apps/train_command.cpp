@@ -85,6 +85,7 @@ struct TrainFlags {
   bool pull_ahead = false;  // fm, dnn: off unless asked (it breaks read-my-writes; see --help)
   CLI::Option* lr_option = nullptr;
   CLI::Option* batch_option = nullptr;
+  CLI::Option* l2_option = nullptr;
   // fm and dnn
   int factors = 8, embedding_dim = 8, classes = 2;
   std::string hidden = "128,64";
@@ -134,6 +135,15 @@ void check_status(const rdma::Status& s, const char* what) {
 }
 
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : "null"; }
+
+// --metrics-out's record of a held-out evaluation; a set of no examples has
+// no metrics (null), not a log loss of 0.
+std::string heldout_json(double seconds, const worker::Evaluation& e) {
+  const bool none = e.examples == 0;
+  return fmt::format(R"({{"event": "heldout", "seconds": {}, "examples": {}, "log_loss": {}, "auc": {}, "accuracy": {}}})",
+                     json_number(seconds), e.examples, none ? "null" : json_number(e.log_loss),
+                     none ? "null" : json_number(e.auc), none ? "null" : json_number(e.accuracy));
+}
 
 // With --partition no worker sees all keys: every worker hashes them into
 // the same 2^bits slots (--hash-bits, else the default).
@@ -337,7 +347,9 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
     if (test_csr.dropped > 0)
       std::fprintf(stderr, "note: %llu test nonzeros have keys never seen in training (weight 0)\n",
                    static_cast<unsigned long long>(test_csr.dropped));
-    if (!flags.planted.empty()) {
+    if (!flags.planted.empty() && te.examples == 0) {
+      std::printf("planted  (0 examples): no metrics\n");
+    } else if (!flags.planted.empty()) {
       const double pl = worker::read_planted_model(flags.planted).log_loss(test.view());
       std::printf("planted  (%llu examples): log loss %.6f  (learned / planted = %.4f)\n",
                   static_cast<unsigned long long>(te.examples), pl, te.log_loss / pl);
@@ -395,8 +407,10 @@ int run_train(const TrainFlags& flags) {
   check_one_format(flags.train, flags.data);
   check_one_format(flags.test, flags.data);
   (void)cache_paths_for(flags.cache, flags.train);
+  if ((flags.model == "lr" || flags.model == "svm") && flags.classes != 2) {
+    throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
+  }
   if (!flags.linear()) return run_model_train(flags, distributed);
-  if (flags.classes != 2) throw std::invalid_argument("--classes: lr and svm are binary; --model dnn takes --classes K");
   if (distributed) return run_distributed_train(flags);
   worker::TrainOptions opt = flags.opt;
   opt.loss = flags.model == "svm" ? kernels::Loss::kHinge : kernels::Loss::kLogistic;
@@ -550,9 +564,7 @@ void report_model_eval(const TrainFlags& flags, worker::ModelTrainer& trainer, c
   const worker::Evaluation te = trainer.evaluate(test, flags.predictions.empty() ? nullptr : &probs);
   std::printf("%s\n", evaluation_line("held-out", te).c_str());
   std::fflush(stdout);
-  metrics.line(fmt::format(R"({{"event": "heldout", "seconds": {}, "examples": {}, "log_loss": {}, "auc": {}, "accuracy": {}}})",
-                           json_number(seconds), te.examples, json_number(te.log_loss), json_number(te.auc),
-                           json_number(te.accuracy)));
+  metrics.line(heldout_json(seconds, te));
   if (test.dropped > 0)
     std::fprintf(stderr, "note: %llu test nonzeros have keys or fields never seen in training\n",
                  static_cast<unsigned long long>(test.dropped));
@@ -580,6 +592,15 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
     throw std::invalid_argument("--predictions needs --test (the examples to predict)");
   if (!flags.planted.empty()) throw std::invalid_argument("--planted: planted weights are linear (lr, svm)");
   if (flags.model == "fm" && flags.classes != 2) throw std::invalid_argument("--classes: fm is binary; use --model dnn");
+  // Refused rather than ignored: these trainers have no such step.
+  if (flags.optimizer == "sgd") {
+    throw std::invalid_argument("--optimizer sgd: for lr and svm; fm and dnn step their sparse tables with adagrad "
+                                "(dnn its MLP with Adam), lr with ftrl with FTRL");
+  }
+  if (flags.l2_option != nullptr && flags.l2_option->count() > 0 && flags.model != "fm") {
+    throw std::invalid_argument(flags.ftrl() ? "--l2: lr with ftrl takes --ftrl-l2"
+                                             : "--l2: --model dnn has no L2 term (fm, lr and svm do)");
+  }
   if (flags.eval_interval > 0 && flags.test.empty()) throw std::invalid_argument("--eval-interval needs --test");
   kernels::set_host_threads(opt.threads);
   DataFlags data = flags.data;
@@ -723,9 +744,7 @@ int run_model_train(const TrainFlags& flags_in, bool distributed) {
       if (std::chrono::duration<double>(now - last_eval).count() >= flags.eval_interval) {
         last_eval = now;
         const worker::Evaluation e = self->evaluate(*test);
-        metrics.line(fmt::format(R"({{"event": "heldout", "seconds": {}, "examples": {}, "log_loss": {}, "auc": {}, "accuracy": {}}})",
-                                 json_number(std::chrono::duration<double>(now - t0).count()), e.examples,
-                                 json_number(e.log_loss), json_number(e.auc), json_number(e.accuracy)));
+        metrics.line(heldout_json(std::chrono::duration<double>(now - t0).count(), e));
       }
     }
   };
@@ -872,7 +891,10 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                                      "Step size (AdaGrad base rate with --optimizer adagrad; fm, dnn: of the sparse "
                                      "table; fm's default is 0.02)")
                          ->capture_default_str();
-  cmd->add_option("--l2", flags->opt.l2, "L2 regularization per step on touched weights")->capture_default_str();
+  flags->l2_option = cmd->add_option("--l2", flags->opt.l2,
+                                     "L2 regularization per step on touched weights (lr, svm, fm; ftrl has "
+                                     "--ftrl-l2, dnn none)")
+                         ->capture_default_str();
   cmd->add_option("--ftrl-alpha", flags->ftrl_alpha, "--optimizer ftrl: per-coordinate rate alpha / (beta + sqrt(n))")
       ->capture_default_str();
   cmd->add_option("--ftrl-beta", flags->ftrl_beta, "--optimizer ftrl: beta")->capture_default_str();
@@ -885,8 +907,9 @@ void add_train_command(CLI::App& root, CommandContext& ctx) {
                   "in one process: adagrad steps a whole batch's rows at once, sgd only 16 at a time (more diverge)")
       ->check(CLI::IsMember({"adagrad", "sgd", "ftrl"}))->capture_default_str();
   flags->batch_option = cmd->add_option("--batch-size", flags->opt.batch_rows,
-                                        "Rows per minibatch (lr/svm in one process: per Hogwild batch); in a job, "
-                                        "rows per clock of the whole job, split among its workers (default 256)")
+                                        "Rows per minibatch. lr/svm in one process: per Hogwild batch (default "
+                                        "16384); fm, dnn, lr with ftrl, and any job: rows per clock of the whole "
+                                        "job, split among its workers (default 256)")
                             ->check(kPositiveNumber)
                             ->capture_default_str();
   cmd->add_option("--hash-bits", flags->hash_bits,

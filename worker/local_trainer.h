@@ -59,6 +59,7 @@ struct Evaluation {
   double auc = 0;
   double accuracy = 0;
   double hinge_loss = 0;
+  bool multiclass = false;  // a softmax model's: auc is NaN, there being no one score to rank
 };
 
 class LocalTrainer {

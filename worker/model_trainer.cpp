@@ -354,6 +354,7 @@ Evaluation ModelTrainer::evaluate(const ModelRows& data, std::vector<float>* pro
     e.log_loss = n ? ce / static_cast<double>(n) : 0;
     e.accuracy = n ? static_cast<double>(right) / static_cast<double>(n) : std::nan("");
     e.auc = std::nan("");
+    e.multiclass = true;
   }
   if (probabilities != nullptr) *probabilities = std::move(probs);
   return e;

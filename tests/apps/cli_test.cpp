@@ -480,6 +480,45 @@ TEST_F(Cli, AOneClassHeldOutSetHasNoAuc) {
   EXPECT_FALSE(contains(r.out, "nan")) << r.out;
 }
 
+// A held-out set of no examples has no metrics: the line and --metrics-out
+// say so (null), rather than a log loss of 0 and an accuracy of nan; with
+// --planted too. fm reports the same way.
+TEST_F(Cli, AnEmptyHeldOutSetHasNoMetrics) {
+  const std::string test = dir_->file("empty.svm");
+  std::ofstream(test) << "# nothing\n";
+  const std::string metrics = dir_->file("m.jsonl");
+  CmdResult r = run_cli("train --train " + dir_->file("train.svm") + " --test " + test + " --planted " +
+                        dir_->file("planted.w") + " --epochs 1 --quiet --metrics-out " + metrics);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "held-out (0 examples): no metrics")) << r.out;
+  EXPECT_TRUE(contains(r.out, "planted  (0 examples): no metrics")) << r.out;
+  EXPECT_FALSE(contains(r.out, "nan")) << r.out;
+  r = run_cli("train --model fm --train " + dir_->file("train.svm") + " --test " + test +
+              " --epochs 1 --quiet --metrics-out " + metrics);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "held-out (0 examples): no metrics")) << r.out;
+  EXPECT_TRUE(contains(read_file(metrics), R"("examples": 0, "log_loss": null, "auc": null, "accuracy": null)"))
+      << read_file(metrics);
+}
+
+// Flags a model has no use for are refused, not silently ignored.
+TEST_F(Cli, FlagsAModelDoesNotUseAreRefused) {
+  const std::string train = "train --train " + dir_->file("train.svm") + " --epochs 1 --quiet ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--model lr --optimizer ftrl --classes 3", "--classes: lr and svm are binary"},
+      {"--model fm --optimizer sgd", "--optimizer sgd: for lr and svm"},
+      {"--model dnn --optimizer sgd", "--optimizer sgd: for lr and svm"},
+      {"--model dnn --l2 0.1", "--l2: --model dnn has no L2 term"},
+      {"--model lr --optimizer ftrl --l2 0.1", "--l2: lr with ftrl takes --ftrl-l2"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const CmdResult r = run_cli(train + flags);
+    EXPECT_EQ(r.status, 2) << flags << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, message)) << flags << "\n" << r.out;
+  }
+  EXPECT_EQ(run_cli(train + "--model fm --l2 0.001").status, 0);
+}
+
 TEST_F(Cli, MalformedInputNamesFileAndLineOrIsCountedWithTheFlag) {
   const std::string bad = dir_->file("bad.svm");
   std::ofstream(bad) << "1 1:1 2:1\n-1 3:1\n1 4:x\n-1 5:1\n";

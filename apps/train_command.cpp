@@ -325,15 +325,21 @@ std::function<void(const worker::TrainProgress&)> progress_printer(const TrainFl
   };
 }
 
-// Held-out metrics, predictions, planted loss and the model file: the same
-// for a model trained here or pulled from the servers. The held-out set is
-// read here unless the caller read it already (loaded).
+// The model file, then held-out metrics, planted loss and predictions: the
+// same for a model trained here or pulled from the servers. The held-out
+// set is read here unless the caller read it already (loaded).
 void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, const worker::SlotMap& map,
                   const worker::SlotCsr* train_csr, int threads, const worker::Dataset* loaded = nullptr) {
   if (train_csr != nullptr) {
     const worker::Evaluation tr = trainer.evaluate(*train_csr);
     std::printf("%s%s\n", evaluation_line("train   ", tr).c_str(),
                 flags.model == "svm" ? fmt::format("  hinge {:.6f}", tr.hinge_loss).c_str() : "");
+  }
+  // The model first: a failure below (a bad test line, a full disk for the
+  // predictions) must not lose what took the training to make.
+  if (!flags.save_model.empty()) {
+    worker::save_linear_model(flags.save_model, trainer.model());
+    std::fprintf(stderr, "saved model to %s\n", flags.save_model.c_str());
   }
   if (!flags.test.empty()) {
     std::optional<worker::Dataset> read;
@@ -358,10 +364,6 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
       write_probabilities(flags.predictions, probs);
       std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size(), flags.predictions.c_str());
     }
-  }
-  if (!flags.save_model.empty()) {
-    worker::save_linear_model(flags.save_model, trainer.model());
-    std::fprintf(stderr, "saved model to %s\n", flags.save_model.c_str());
   }
 }
 
@@ -452,6 +454,8 @@ int run_distributed_train(TrainFlags flags) {
   const worker::TrainOptions& opt = flags.opt;
   if (!flags.predictions.empty() && flags.test.empty())
     throw std::invalid_argument("--predictions needs --test (the examples to predict)");
+  if (!flags.planted.empty() && flags.test.empty())
+    throw std::invalid_argument("--planted needs --test (the planted loss is measured on it)");
   kernels::set_host_threads(opt.threads);
   // Whole file: every worker reads all of --train, so all build the same
   // slot map, and trains on its batches. --partition: each reads only its
@@ -513,6 +517,10 @@ int run_distributed_train(TrainFlags flags) {
   const worker::SlotCsr train_csr = worker::SlotCsr::build(train->view(), map, opt.threads);
   if (!flags.partition) dopt.adopted_parts = adopted_shares_of(node, train_csr);
   train.reset();
+  // Worker 0 evaluates (unless it dies): it reads --test now, so that a bad
+  // line there stops the job before training, not after.
+  std::optional<worker::Dataset> test;
+  if (!flags.test.empty() && w == 0) test = load_data("test", flags.test, flags.data, opt.threads, "");
   std::fprintf(stderr, "%s\n",
                fmt::format("parafab train: worker {} of {}: model {}, table 0 {} on {} servers, batch {}, epochs {}, "
                            "pull-ahead {}, {}, backend {}",
@@ -544,7 +552,7 @@ int run_distributed_train(TrainFlags flags) {
     worker::TrainOptions eval_opt = opt;
     eval_opt.loss = dopt.loss;
     const worker::LocalTrainer evaluator(model, eval_opt);
-    report_model(flags, evaluator, map, &train_csr, opt.threads);
+    report_model(flags, evaluator, map, &train_csr, opt.threads, test ? &*test : nullptr);
   }
   const worker::KvClientStats st = kv.stats();
   std::fprintf(stderr, "%s\n",

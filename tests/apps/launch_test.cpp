@@ -333,5 +333,25 @@ TEST(Launch, DistributedTrainMatchesSingleProcessOnAPlantedProblem) {
   EXPECT_EQ(lines_starting(r.out, "[worker 0] held-out").size(), 1u) << r.out;
 }
 
+// A bad line in --test stops a distributed job before it trains: worker 0,
+// which evaluates, reads the held-out set first (it used to read it after
+// the whole training, and the job then failed with nothing saved).
+TEST(Launch, ABadHeldOutFileStopsTheJobBeforeTraining) {
+  testing::TempDir dir;
+  const std::string train = dir.file("train.svm"), bad = dir.file("bad.svm");
+  benchmarks::ChildProcess g({kBin, "gen-data", "--out", train, "--examples", "2000", "--features", "1024", "--seed", "5"},
+                             {});
+  ASSERT_TRUE(benchmarks::wait_for_exit({&g}, Clock::now() + 60s)) << g.output();
+  ASSERT_EQ(g.exit_code(), 0) << g.output();
+  std::ofstream(bad) << "1 1:1\n1 x:1\n";
+  const LaunchRun r = run_launch({"--servers", "1", "--workers", "2", "--timeout", "100", "--", kBin, "train",
+                                  "--train", train, "--test", bad, "--epochs", "1", "--quiet"},
+                                 120s);
+  ASSERT_TRUE(r.finished) << r.out;
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, bad + ":2:")) << r.out;
+  EXPECT_FALSE(contains(r.out, "examples by 2 workers")) << "the job trained first\n" << r.out;
+}
+
 }  // namespace
 }  // namespace parafab

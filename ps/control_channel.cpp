@@ -16,8 +16,11 @@ namespace parafab::ps {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-ControlChannel::ControlChannel(tcp::socket socket, size_t max_frame_bytes)
-    : socket_(std::move(socket)), max_frame_bytes_(max_frame_bytes) {
+ControlChannel::ControlChannel(tcp::socket socket, size_t max_frame_bytes, std::chrono::milliseconds flush_timeout)
+    : socket_(std::move(socket)),
+      max_frame_bytes_(max_frame_bytes),
+      flush_timeout_(flush_timeout),
+      flush_deadline_(socket_.get_executor()) {
   boost::system::error_code ec;
   const tcp::endpoint ep = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("unknown peer") : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -46,8 +49,25 @@ void ControlChannel::send_and_close(const proto::Envelope& message) {
 }
 
 void ControlChannel::close() {
-  asio::post(socket_.get_executor(),
-             [self = shared_from_this()] { self->finish(ChannelClosed::Cause::kLocal, "closed locally"); });
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    // Closing the socket cancels a write in flight: its handler (which still
+    // owns the frame's buffer) sees operation_aborted and drops the queue.
+    boost::system::error_code ec;
+    self->socket_.close(ec);
+    self->flush_deadline_.cancel();
+    self->finish(ChannelClosed::Cause::kLocal, "closed locally");
+  });
+}
+
+void ControlChannel::arm_flush_deadline() {
+  if (flush_deadline_armed_) return;
+  flush_deadline_armed_ = true;
+  flush_deadline_.expires_after(flush_timeout_);
+  flush_deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec) return;  // cancelled: flushed, or closed already
+    boost::system::error_code ignored;
+    self->socket_.close(ignored);  // the write handler then ends the channel
+  });
 }
 
 void ControlChannel::read_header() {
@@ -93,6 +113,7 @@ void ControlChannel::enqueue(std::string frame, bool close_after) {
   if (!socket_.is_open()) return;
   out_.push_back(std::move(frame));
   close_after_flush_ = close_after;
+  if (close_after) arm_flush_deadline();
   if (!writing_) write_next();
 }
 
@@ -103,6 +124,7 @@ void ControlChannel::write_next() {
       boost::system::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_both, ec);
       socket_.close(ec);
+      flush_deadline_.cancel();
       finish(ChannelClosed::Cause::kLocal, "closed locally");
     }
     return;
@@ -116,6 +138,7 @@ void ControlChannel::write_next() {
                         self->writing_ = false;
                         boost::system::error_code ignored;
                         self->socket_.close(ignored);
+                        self->flush_deadline_.cancel();
                         self->finish(ChannelClosed::Cause::kPeer, "write failed: " + ec.message());
                         return;
                       }
@@ -124,8 +147,9 @@ void ControlChannel::write_next() {
 }
 
 // Marks the channel closed and tells the owner once. Pending writes (an
-// Error or Shutdown queued with send_and_close) still go out; the socket is
-// closed when they have, or now when nothing is queued.
+// Error or Shutdown queued with send_and_close) still go out, within the
+// flush deadline; the socket is closed when they have, or now when nothing
+// is queued.
 void ControlChannel::finish(ChannelClosed::Cause cause, std::string reason) {
   if (!closed_) {
     closed_ = true;
@@ -135,6 +159,7 @@ void ControlChannel::finish(ChannelClosed::Cause cause, std::string reason) {
       socket_.close(ec);
     } else {
       close_after_flush_ = true;
+      if (socket_.is_open()) arm_flush_deadline();  // close() has closed it already
       // Stop reading: the read in flight completes with an error we ignore.
       boost::system::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_receive, ec);

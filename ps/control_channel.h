@@ -15,6 +15,12 @@
 //              .on_closed = [](const ChannelClosed& c) { ... }});
 //   ch->send(envelope);          // any thread; queued in order
 //   ch->send_and_close(error);   // close once written
+//   ch->close();                 // close now: what is queued is dropped
+//
+// A frame that closes the channel once written (send_and_close, or the
+// Error answering a bad frame) gets flush_timeout to go out: a peer that
+// stopped reading cannot keep the socket, its queue, or the io_context's
+// run() alive after that.
 //
 // Threading: every handler runs on the socket's executor. send/close may be
 // called from any thread; they post to it. The io_context must be run by one
@@ -23,6 +29,8 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -74,7 +82,9 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
     std::function<void(const ChannelClosed&)> on_closed;  // exactly once, after the last on_message
   };
 
-  ControlChannel(boost::asio::ip::tcp::socket socket, size_t max_frame_bytes = kMaxControlFrameBytes);
+  static constexpr std::chrono::milliseconds kFlushTimeout{5000};
+  ControlChannel(boost::asio::ip::tcp::socket socket, size_t max_frame_bytes = kMaxControlFrameBytes,
+                 std::chrono::milliseconds flush_timeout = kFlushTimeout);
   ~ControlChannel();
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
@@ -82,6 +92,9 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   void start(Handlers handlers);
   void send(const proto::Envelope& message);
   void send_and_close(const proto::Envelope& message);
+  // Closes the socket now, a write in flight and the frames queued behind it
+  // included (the grace timer of a scheduler shutting down, a node declared
+  // dead); on_closed follows with Cause::kLocal.
   void close();
   // Socket's executor only (e.g. from a handler): the limit for later frames.
   void set_max_frame_bytes(size_t n) { max_frame_bytes_ = n; }
@@ -97,9 +110,15 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   void enqueue(std::string frame, bool close_after);
   void write_next();
   void finish(ChannelClosed::Cause cause, std::string reason);
+  // Closes the socket when what is left to write has not gone out within
+  // flush_timeout_ (armed once, when the channel starts closing).
+  void arm_flush_deadline();
 
   boost::asio::ip::tcp::socket socket_;
   size_t max_frame_bytes_;
+  std::chrono::milliseconds flush_timeout_;
+  boost::asio::steady_timer flush_deadline_;
+  bool flush_deadline_armed_ = false;
   std::string peer_;
   Handlers handlers_;
   uint8_t header_[4] = {};

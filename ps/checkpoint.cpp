@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <iterator>
 #include <string_view>
@@ -330,7 +331,10 @@ std::vector<std::pair<std::string, ShardCheckpoint>> read_server_checkpoints(con
   std::vector<std::pair<std::string, ShardCheckpoint>> out;
   const std::string path = checkpoint_path(dir, server_index, num_servers);
   for (const std::string& p : {path, path + ".prev"}) {
-    if (!std::filesystem::exists(p)) continue;
+    std::error_code ec;
+    const bool there = std::filesystem::exists(p, ec);
+    if (ec) throw CheckpointError(p + ": cannot look for it: " + ec.message());
+    if (!there) continue;
     try {
       ShardCheckpoint c = what == CheckpointRead::kNewestWhole ? read_checkpoint(p) : read_checkpoint_header(p);
       if (c.server_index != server_index || c.num_servers != num_servers) {

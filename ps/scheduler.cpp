@@ -466,7 +466,10 @@ struct Scheduler::Impl {
       map.resume_clock = set.clock;
       map.resume_paths = set.paths;
       spdlog::info("scheduler: the job resumes from the checkpoint set in {} at clock {}", resume_dir, set.clock);
-    } catch (const CheckpointError& e) {
+    } catch (const std::exception& e) {
+      // CheckpointError, and any other failure reading the directory (a
+      // std::filesystem_error for a directory this user may not search):
+      // the scheduler's own, never blamed on the node that joined last.
       const std::string text = "cannot resume from " + resume_dir + ": " + e.what();
       finish(make_error(proto::ERROR_CANNOT_RESUME, text), text, text);
       return false;

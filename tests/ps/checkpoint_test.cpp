@@ -295,5 +295,23 @@ TEST(CheckpointTest, SetMeetsAtAClockEveryServerHasAndRefusesOtherTables) {
   }
 }
 
+// A directory that cannot be looked into (here a symbolic link to itself,
+// ELOOP; a directory this user may not search is the same) is a
+// CheckpointError naming the path, which the scheduler turns into "cannot
+// resume", not a std::filesystem_error that escaped it.
+TEST(Checkpoint, ADirectoryThatCannotBeSearchedIsACheckpointError) {
+  testing::TempDir dir;
+  const std::filesystem::path loop = dir.path() / "loop";
+  std::filesystem::create_directory_symlink(loop, loop);
+  try {
+    (void)find_checkpoint_set(loop.string(), 1);
+    ADD_FAILURE() << "no error";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(loop.string()), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a CheckpointError: " << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace parafab::ps

@@ -422,7 +422,10 @@ void validate_register(const proto::Register& r) {
   check_size("register: fabric_address", r.fabric_address().size(), 1, kMaxFabricAddressBytes);
   check_size("register: client_nonce", r.client_nonce().size(), kNonceBytes, kNonceBytes);
   check_size("register: mac", r.mac().size(), kMacBytes, kMacBytes);
-  if (r.tables_size() > 1024) fail("register: " + std::to_string(r.tables_size()) + " tables (at most 1024)");
+  if (r.tables_size() > static_cast<int>(kMaxRegisterTables)) {
+    fail("register: " + std::to_string(r.tables_size()) + " tables (at most " + std::to_string(kMaxRegisterTables) +
+         ")");
+  }
   check_size("register: resume_dir", r.resume_dir().size(), 0, kMaxResumeDirBytes);
   std::set<uint32_t> ids;
   for (const proto::Table& t : r.tables()) {

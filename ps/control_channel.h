@@ -48,10 +48,14 @@ inline constexpr uint32_t kControlProtocolVersion = 1;
 inline constexpr size_t kMaxControlFrameBytes = 64u << 20;
 inline constexpr size_t kMaxResumeDirBytes = 4096;  // a path
 inline constexpr uint64_t kMaxRejoinTimeoutMs = uint64_t{7} * 24 * 3600 * 1000;  // a week
-// Before a peer has registered it gets no more than this per frame (a
-// Register is a few KiB), so a stranger cannot make the scheduler allocate
-// 64 MiB per connection.
-inline constexpr size_t kMaxUnauthenticatedFrameBytes = 64u << 10;
+// Before a peer has registered it gets no more than this per frame, so a
+// stranger cannot make the scheduler allocate 64 MiB per connection. The
+// largest Register validate_register accepts (kMaxRegisterTables tables of
+// every field at its widest, a resume directory, host and fabric address
+// of their largest) is about 150 KiB; this leaves room over it (64 KiB
+// refused a legal Register of some 700 tables).
+inline constexpr size_t kMaxRegisterTables = 1024;
+inline constexpr size_t kMaxUnauthenticatedFrameBytes = 256u << 10;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
 inline constexpr size_t kMaxHostBytes = 255;

@@ -6,7 +6,7 @@
 // cluster map, its tables and nodes, roles, MAC inputs).
 //
 //   byte 0: bit 0 the limit of a registered peer (64 MiB) instead of a
-//           stranger's (64 KiB)
+//           stranger's (256 KiB)
 //
 // Must hold: a bad frame says why; a decoded Envelope re-encodes to a frame
 // that decodes to the same bytes; validation refuses with ProtocolError and

@@ -21,6 +21,40 @@ proto::Envelope barrier(const std::string& name) {
   return m;
 }
 
+// The largest Register the scheduler accepts fits the frame limit it gives
+// a peer before registration: every table field at its widest.
+TEST(ControlFrame, TheLargestLegalRegisterFitsTheUnauthenticatedLimit) {
+  proto::Envelope m;
+  proto::Register* r = m.mutable_register_();
+  r->set_protocol_version(kControlProtocolVersion);
+  r->set_role(proto::ROLE_WORKER);
+  r->set_host(std::string(kMaxHostBytes, 'h'));
+  r->set_fabric_address(std::string(kMaxFabricAddressBytes, 'a'));
+  r->set_client_nonce(std::string(kNonceBytes, 'n'));
+  r->set_mac(std::string(kMacBytes, 'm'));
+  r->set_resume_dir(std::string(kMaxResumeDirBytes, 'd'));
+  TableSchema t;
+  t.kind = TableKind::kDense;
+  t.width = UINT32_MAX;
+  t.rows = UINT64_MAX;
+  t.init.kind = InitializerKind::kNormal;
+  t.init.stddev = -1e30f;
+  t.init.seed = UINT64_MAX;
+  UpdaterConfig& u = t.updater;
+  u.kind = UpdaterKind::kAdam;
+  for (float* f : {&u.learning_rate, &u.l1, &u.l2, &u.adagrad_epsilon, &u.adagrad_initial_accumulator, &u.ftrl_alpha,
+                   &u.ftrl_beta, &u.ftrl_l1, &u.ftrl_l2, &u.adam_beta1, &u.adam_beta2, &u.adam_epsilon}) {
+    *f = -1e30f;  // every float field set, so each costs its 5 bytes
+  }
+  for (uint32_t id = 0; id < kMaxRegisterTables; ++id) {
+    t.id = UINT32_MAX - id;
+    to_proto(t, r->add_tables());
+  }
+  const size_t bytes = ControlChannel::encode_frame(m).size();
+  EXPECT_LE(bytes, kMaxUnauthenticatedFrameBytes) << bytes;
+  EXPECT_GE(bytes, kMaxRegisterTables * 80) << "the tables were not serialized at their widest: " << bytes;
+}
+
 TEST(ControlFrame, FramesDecodeOneAfterAnother) {
   const std::string a = encode_control_frame(barrier("first")), b = encode_control_frame(barrier("second"));
   ASSERT_EQ(a, ControlChannel::encode_frame(barrier("first")));
@@ -57,14 +91,14 @@ TEST(ControlFrame, AnEmptyBodyIsAnEmptyEnvelope) {
 }
 
 TEST(ControlFrame, AnOversizedLengthIsBadBeforeTheBodyArrives) {
-  const std::string header("\x01\x00\x01\x00", 4);  // 65537 bytes announced, none sent
+  const std::string header("\x01\x00\x04\x00", 4);  // 262145 bytes announced, none sent
   proto::Envelope m;
   const ControlFrame f = decode_control_frame(bytes(header), kMaxUnauthenticatedFrameBytes, m);
   ASSERT_EQ(f.status, ControlFrame::Status::kBad);
-  EXPECT_EQ(f.error, "frame of 65537 bytes exceeds the control-plane limit of 65536 bytes");
-  EXPECT_EQ(check_control_frame_length(65536, kMaxUnauthenticatedFrameBytes), std::nullopt);
+  EXPECT_EQ(f.error, "frame of 262145 bytes exceeds the control-plane limit of 262144 bytes");
+  EXPECT_EQ(check_control_frame_length(262144, kMaxUnauthenticatedFrameBytes), std::nullopt);
   EXPECT_EQ(control_frame_length(std::span<const uint8_t, 4>(reinterpret_cast<const uint8_t*>(header.data()), 4)),
-            65537u);
+            262145u);
 }
 
 TEST(ControlFrame, AnUnparsableBodyIsBad) {

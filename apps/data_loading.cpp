@@ -120,6 +120,19 @@ std::vector<std::string> cache_paths_for(const std::string& cache, const std::ve
   return out;
 }
 
+void report_unseen_keys(const std::string& role, uint64_t dropped, uint64_t nnz) {
+  if (dropped == 0) return;
+  if (dropped >= nnz) {
+    std::fprintf(stderr,
+                 "warning: none of the %llu %s nonzeros has a key or field seen in training: every prediction is "
+                 "the model's bias alone (is it data of another format, hashing or source than the model's?)\n",
+                 static_cast<unsigned long long>(nnz), role.c_str());
+    return;
+  }
+  std::fprintf(stderr, "note: %llu of the %llu %s nonzeros have keys or fields never seen in training (weight 0)\n",
+               static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(nnz), role.c_str());
+}
+
 void check_one_format(const std::vector<std::string>& paths, const DataFlags& flags) {
   if (paths.size() < 2) return;
   const worker::DataFormat asked = worker::parse_data_format(flags.format);

@@ -56,6 +56,13 @@ worker::Dataset load_training_data(const std::vector<std::string>& paths, const 
 // directory cannot be created. Empty `cache`: every path empty.
 std::vector<std::string> cache_paths_for(const std::string& cache, const std::vector<std::string>& paths);
 
+// After an evaluation or prediction of `role`'s data (nnz nonzeros in all):
+// a note when `dropped` of them have keys (or fields) the model never saw
+// in training (weight 0), and a warning when that is every one of them, so
+// that each prediction is the bias alone (another format, other hashing, a
+// model of other data).
+void report_unseen_keys(const std::string& role, uint64_t dropped, uint64_t nnz);
+
 // The files (indices into `paths`, in order) of part `part` of `parts`
 // when every part takes whole files (paths.size() >= parts): largest file
 // first, each to the part with the fewest bytes so far (the lowest index

@@ -43,6 +43,7 @@ int run_predict_model(const PredictFlags& f) {
   worker::ModelTrainer t(store, m.spec, m.map, o, 0, 1, false);
   std::vector<float> probs;
   const worker::Evaluation e = t.evaluate(rows, &probs);
+  report_unseen_keys("--data", rows.dropped, data.nnz());
   const size_t k = static_cast<size_t>(m.spec.outputs());
   std::FILE* out = std::fopen(f.out.c_str(), "w");
   if (out == nullptr) throw std::runtime_error(fmt::format("--out {}: cannot open for writing", f.out));
@@ -73,6 +74,7 @@ int run_predict(const PredictFlags& f) {
   const worker::SlotCsr csr = worker::SlotCsr::build(data.view(), model.map, f.threads);
   std::vector<float> probs;
   const worker::Evaluation e = predictor.evaluate(csr, &probs);
+  report_unseen_keys("--data", csr.dropped, data.nnz());
   write_probabilities(f.out, probs);
   std::printf("%s\n", evaluation_line("data", e).c_str());
   std::fprintf(stderr, "wrote %zu predictions to %s\n", probs.size(), f.out.c_str());

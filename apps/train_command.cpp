@@ -350,9 +350,7 @@ void report_model(const TrainFlags& flags, const worker::LocalTrainer& trainer, 
     const worker::Evaluation te = trainer.evaluate(test_csr, flags.predictions.empty() ? nullptr : &probs);
     std::printf("%s%s\n", evaluation_line("held-out", te).c_str(),
                 flags.model == "svm" ? fmt::format("  hinge {:.6f}", te.hinge_loss).c_str() : "");
-    if (test_csr.dropped > 0)
-      std::fprintf(stderr, "note: %llu test nonzeros have keys never seen in training (weight 0)\n",
-                   static_cast<unsigned long long>(test_csr.dropped));
+    report_unseen_keys("test", test_csr.dropped, test.nnz());
     if (!flags.planted.empty() && te.examples == 0) {
       std::printf("planted  (0 examples): no metrics\n");
     } else if (!flags.planted.empty()) {
@@ -573,9 +571,7 @@ void report_model_eval(const TrainFlags& flags, worker::ModelTrainer& trainer, c
   std::printf("%s\n", evaluation_line("held-out", te).c_str());
   std::fflush(stdout);
   metrics.line(heldout_json(seconds, te));
-  if (test.dropped > 0)
-    std::fprintf(stderr, "note: %llu test nonzeros have keys or fields never seen in training\n",
-                 static_cast<unsigned long long>(test.dropped));
+  report_unseen_keys("test", test.dropped, test.sparse.cols.size() + test.dropped + test.dense.size());
   if (!flags.predictions.empty()) {
     const int k = spec.outputs();
     std::FILE* f = std::fopen(flags.predictions.c_str(), "w");

@@ -501,6 +501,24 @@ TEST_F(Cli, AnEmptyHeldOutSetHasNoMetrics) {
       << read_file(metrics);
 }
 
+// Data whose keys the model never saw predicts the bias alone: predict says
+// so (a warning when it is every key, a note with the count otherwise).
+TEST_F(Cli, PredictNamesKeysTheModelNeverSaw) {
+  const std::string model = dir_->file("unseen.pfm"), out = dir_->file("unseen.pred");
+  ASSERT_EQ(run_cli("train --train " + dir_->file("train.svm") + " --epochs 1 --quiet --save-model " + model).status, 0);
+  const std::string alien = dir_->file("alien.svm"), mixed = dir_->file("mixed.svm");
+  std::ofstream(alien) << "1 99999991:1\n0 99999992:1 99999993:1\n";
+  std::ofstream(mixed) << "1 1:1 99999991:1\n";
+  CmdResult r = run_cli("predict --model " + model + " --data " + alien + " --out " + out);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "warning: none of the 3 --data nonzeros has a key or field seen in training")) << r.out;
+  r = run_cli("predict --model " + model + " --data " + mixed + " --out " + out);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "note: 1 of the 2 --data nonzeros have keys or fields never seen in training")) << r.out;
+  r = run_cli("predict --model " + model + " --data " + dir_->file("test.svm") + " --out " + out);
+  EXPECT_FALSE(contains(r.out, "warning: none of")) << r.out;
+}
+
 // Flags a model has no use for are refused, not silently ignored.
 TEST_F(Cli, FlagsAModelDoesNotUseAreRefused) {
   const std::string train = "train --train " + dir_->file("train.svm") + " --epochs 1 --quiet ";

@@ -34,6 +34,7 @@ struct Conn {
   bool done = false;
   bool refused = false;  // answered with an error and closing
   bool rejoining = false;  // a server back under a dead one's rank, not yet announced
+  bool asked_rank = false;  // registered asking for its role rank (--rank)
   Role role = Role::kWorker;
   uint32_t role_rank = 0;
   uint32_t rank = 0;
@@ -270,8 +271,16 @@ struct Scheduler::Impl {
       const uint32_t want = asked - 1;
       if (want >= role_slots.size() || role_slots[want] != nullptr) {
         ++counters.invalid_messages;
-        const std::string text = std::string(to_string(role)) + " rank " + std::to_string(want) + " asked by host " +
-                                 reg.host() + " is " + (want >= role_slots.size() ? "out of range (the job has " + std::to_string(role_slots.size()) + ")" : "taken");
+        // Taken by a node that asked for no rank: it got the first free slot.
+        const bool by_unranked = want < role_slots.size() && !role_slots[want]->asked_rank;
+        const std::string text =
+            std::string(to_string(role)) + " rank " + std::to_string(want) + " asked by host " + reg.host() + " is " +
+            (want >= role_slots.size()
+                 ? "out of range (the job has " + std::to_string(role_slots.size()) + ")"
+                 : by_unranked ? "taken by host " + role_slots[want]->host +
+                                     ", which asked for no rank and got the first free one: give every node its "
+                                     "--rank, or none"
+                               : "taken");
         spdlog::warn("scheduler: {}", text);
         refuse(c, proto::ERROR_MALFORMED, text);
         return;
@@ -317,6 +326,7 @@ struct Scheduler::Impl {
     c.joined = true;
     c.role = role;
     c.role_rank = static_cast<uint32_t>(vacant - role_slots.begin());
+    c.asked_rank = reg.requested_role_rank_plus_one() != 0;
     c.rank = role == Role::kServer ? c.role_rank : opt.num_servers + c.role_rank;
     c.host = reg.host();
     const auto* p = reinterpret_cast<const std::byte*>(reg.fabric_address().data());

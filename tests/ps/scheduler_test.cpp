@@ -292,6 +292,34 @@ TEST(SchedulerTest, RequestedRanksAreHonouredAndWorkersOnlyBarriersSkipServers) 
   EXPECT_EQ(a.get(), 12u);
 }
 
+// A node that asks for no rank takes the first free slot; a later node
+// asking for that slot is refused with the reason, naming the host that has it.
+TEST(SchedulerTest, ARankTakenByANodeThatAskedNoneIsNamed) {
+  RunningScheduler sched(scheduler_options(1, 2, "tok"));
+  SchedulerClient loose(client_options(sched->port(), "tok", Role::kWorker, 7, 7));
+  auto loose_joined = std::async(std::launch::async, [&] { return loose.join(kWait); });
+  const auto give_up = std::chrono::steady_clock::now() + kWait;
+  while (sched->stats().joined < 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  ASSERT_EQ(sched->stats().joined, 1u);
+  auto w0 = client_options(sched->port(), "tok", Role::kWorker, 0, 3);
+  w0.requested_role_rank = 0;
+  SchedulerClient ranked(std::move(w0));
+  try {
+    (void)ranked.join(kWait);
+    ADD_FAILURE() << "worker rank 0 given twice";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("taken by host worker-host-7, which asked for no rank"), std::string::npos)
+        << e.what();
+  }
+  // The job still forms with the others.
+  auto w1 = client_options(sched->port(), "tok", Role::kWorker, 1, 4);
+  w1.requested_role_rank = 1;
+  auto clients = join_all({client_options(sched->port(), "tok", Role::kServer, 0, 1), w1});
+  ASSERT_EQ(loose_joined.wait_for(kWait), std::future_status::ready);
+  (void)loose_joined.get();
+  EXPECT_EQ(loose.role_rank(), 0u);
+}
+
 TEST(SchedulerTest, WorkersBringTheTablesWhenTheSchedulerHasNone) {
   SchedulerOptions o = scheduler_options(1, 2, "tok");
   o.tables.clear();

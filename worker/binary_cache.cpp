@@ -33,7 +33,9 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "the cache layout is little-endian");
 
 constexpr char kMagic[8] = {'P', 'F', 'A', 'B', 'C', 'S', 'H', '1'};
-constexpr uint32_t kVersion = 2;  // 2: Criteo keys carry their namespace in the top byte
+// 2: Criteo keys carry their namespace in the top byte; 3: the label mode
+// (classes) is recorded, and the header is 72 bytes.
+constexpr uint32_t kVersion = 3;
 
 struct CacheHeader {
   char magic[8];
@@ -43,10 +45,12 @@ struct CacheHeader {
   uint64_t nnz;
   uint64_t source_size;
   int64_t source_mtime_ns;
+  uint32_t classes;   // how the labels were read: 2 binary, K > 2 class ids 0..K-1
+  uint32_t reserved;  // 0
   uint64_t payload_hash;  // xxHash64 (seed 0) of every byte after the header
-  uint64_t header_hash;   // xxHash64 (seed 0) of the 56 bytes before this field
+  uint64_t header_hash;   // xxHash64 (seed 0) of the 64 bytes before this field
 };
-static_assert(sizeof(CacheHeader) == 64);
+static_assert(sizeof(CacheHeader) == 72);
 constexpr size_t kHashedHeaderBytes = offsetof(CacheHeader, header_hash);
 
 constexpr uint64_t align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
@@ -159,7 +163,8 @@ SourceStamp source_stamp(const std::string& path) {
 }
 
 void write_binary_cache(const std::string& path, const Dataset& data, const SourceStamp& source,
-                        uint64_t skipped_lines) {
+                        uint64_t skipped_lines, uint32_t classes) {
+  if (classes < 2) throw DataError(path, fmt::format("cannot write a cache of {} classes (at least 2)", classes));
   const Arrays a = checked_arrays(data, path);
 
   CacheHeader h{};
@@ -170,6 +175,7 @@ void write_binary_cache(const std::string& path, const Dataset& data, const Sour
   h.source_size = source.size;
   h.source_mtime_ns = source.mtime_ns;
   h.skipped_lines = static_cast<uint32_t>(std::min<uint64_t>(skipped_lines, UINT32_MAX));
+  h.classes = classes;
   XXH64_state_t* state = XXH64_createState();
   if (state == nullptr) throw std::bad_alloc();
   XXH64_reset(state, 0);
@@ -200,7 +206,7 @@ void write_binary_cache(const std::string& path, const Dataset& data, const Sour
   fsync_parent_dir(path);
 }
 
-Dataset open_binary_cache(const std::string& path, SourceStamp* source, uint64_t* skipped_lines) {
+Dataset open_binary_cache(const std::string& path, SourceStamp* source, uint64_t* skipped_lines, uint32_t* classes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.fd < 0) throw DataError(path, "cannot open cache: " + errno_text(errno));
   struct stat st {};
@@ -227,6 +233,10 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source, uint64_t
   }
   if (XXH64(&h, kHashedHeaderBytes, 0) != h.header_hash) {
     throw DataError(path, "header checksum mismatch: the cache header is corrupt");
+  }
+  if (h.classes < 2 || h.reserved != 0) {
+    throw DataError(path, fmt::format("inconsistent cache: {} classes (at least 2), reserved word {}", h.classes,
+                                      h.reserved));
   }
   Layout l;
   if (!layout_for(h.rows, h.nnz, &l) || l.total > file_size) {
@@ -258,6 +268,7 @@ Dataset open_binary_cache(const std::string& path, SourceStamp* source, uint64_t
   }
   if (source) *source = SourceStamp{h.source_size, h.source_mtime_ns};
   if (skipped_lines) *skipped_lines = h.skipped_lines;
+  if (classes) *classes = h.classes;
   DatasetView view{{labels, h.rows}, {row_ptr, h.rows + 1}, {keys, h.nnz}, {values, h.nnz}};
   return Dataset(view, std::move(mapping));
 }
@@ -301,11 +312,18 @@ Dataset load_dataset(const std::string& path, const ReadOptions& options, const 
     try {
       SourceStamp recorded;
       uint64_t skipped = 0;
-      Dataset cached = open_binary_cache(cache_path, &recorded, &skipped);
+      uint32_t classes = 0;
+      Dataset cached = open_binary_cache(cache_path, &recorded, &skipped, &classes);
       // A cache built by skipping bad lines serves only runs that skip too;
       // without the flag the text is parsed again and its first bad line stops it.
+      auto mode = [](uint32_t k) {
+        return k == 2 ? std::string("binary labels") : fmt::format("labels as {} class ids", k);
+      };
       if (recorded != now) {
         why = path + " changed since it was built";
+      } else if (classes != static_cast<uint32_t>(options.classes)) {
+        why = fmt::format("it was built reading {} and this run reads {}", mode(classes),
+                          mode(static_cast<uint32_t>(options.classes)));
       } else if (skipped != 0 && !options.skip_bad_lines) {
         why = fmt::format("it was built skipping {} bad line(s) and this run does not skip them", skipped);
       } else {
@@ -329,7 +347,7 @@ Dataset load_dataset(const std::string& path, const ReadOptions& options, const 
   ReadStats local;
   ReadStats* st = stats ? stats : &local;
   Dataset parsed = read_text_dataset(path, options, st);
-  write_binary_cache(cache_path, parsed, now, st->skipped_lines);
+  write_binary_cache(cache_path, parsed, now, st->skipped_lines, static_cast<uint32_t>(options.classes));
   return parsed;
 }
 

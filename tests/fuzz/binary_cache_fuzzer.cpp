@@ -32,7 +32,7 @@ using parafab::fuzz::check;
 using parafab::fuzz::temp_path;
 using parafab::fuzz::write_temp_file;
 
-constexpr size_t kHeader = 64, kPayloadHashAt = 48, kHeaderHashAt = 56;
+constexpr size_t kHeader = 72, kPayloadHashAt = 56, kHeaderHashAt = 64;
 
 void fix_up(std::vector<unsigned char>& f, uint8_t how) {
   if (f.size() < kHeader) return;

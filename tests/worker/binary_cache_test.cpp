@@ -52,8 +52,8 @@ void flip_byte(const std::string& path, size_t offset) {
 // Rewrites the header's checksum so that a forged field passes it.
 void rehash_header(const std::string& path) {
   std::string s = test::read_file(path);
-  const uint64_t h = XXH64(s.data(), 56, 0);
-  std::memcpy(s.data() + 56, &h, 8);
+  const uint64_t h = XXH64(s.data(), 64, 0);
+  std::memcpy(s.data() + 64, &h, 8);
   test::write_file(path, s);
 }
 
@@ -73,7 +73,7 @@ TEST_F(BinaryCache, RoundTripIsExact) {
     Dataset back = open_binary_cache(cache_, &got);
     EXPECT_EQ(got, stamp_);
     expect_same_view(d.view(), back.view());
-    const uint64_t want_size = 64 + ((rows * 4 + 7) / 8) * 8 + (rows + 1) * 8 + d.nnz() * 8 + ((d.nnz() * 4 + 7) / 8) * 8;
+    const uint64_t want_size = 72 + ((rows * 4 + 7) / 8) * 8 + (rows + 1) * 8 + d.nnz() * 8 + ((d.nnz() * 4 + 7) / 8) * 8;
     EXPECT_EQ(fs::file_size(cache_), want_size);
   }
   // Only the cache is left: the temp file was renamed.
@@ -115,7 +115,7 @@ TEST_F(BinaryCache, RefusesOtherVersion) {
   const uint32_t v = 1;
   patch(cache_, 8, &v, 4);
   EXPECT_EQ(data_error_of([&] { open_binary_cache(cache_); }),
-            cache_ + ": unsupported cache format version 1 (this build reads version 2)");
+            cache_ + ": unsupported cache format version 1 (this build reads version 3)");
 }
 
 TEST_F(BinaryCache, RefusesTruncatedFiles) {
@@ -126,10 +126,10 @@ TEST_F(BinaryCache, RefusesTruncatedFiles) {
   EXPECT_EQ(msg.rfind(cache_ + ": truncated cache: the header describes 10 rows", 0), 0u) << msg;
   fs::resize_file(cache_, 30);
   msg = data_error_of([&] { open_binary_cache(cache_); });
-  EXPECT_EQ(msg, cache_ + ": truncated cache: 30 bytes, less than the 64-byte header");
+  EXPECT_EQ(msg, cache_ + ": truncated cache: 30 bytes, less than the 72-byte header");
   fs::resize_file(cache_, 0);
   msg = data_error_of([&] { open_binary_cache(cache_); });
-  EXPECT_EQ(msg, cache_ + ": truncated cache: 0 bytes, less than the 64-byte header");
+  EXPECT_EQ(msg, cache_ + ": truncated cache: 0 bytes, less than the 72-byte header");
 }
 
 TEST_F(BinaryCache, RefusesTrailingBytes) {
@@ -143,7 +143,7 @@ TEST_F(BinaryCache, RefusesFlippedPayloadBytes) {
   Dataset d = sample(20);
   write_binary_cache(cache_, d, stamp_);
   const auto size = fs::file_size(cache_);
-  for (size_t offset : {size_t{64}, size_t{64 + 80 + 3}, static_cast<size_t>(size - 1)}) {
+  for (size_t offset : {size_t{72}, size_t{72 + 80 + 3}, static_cast<size_t>(size - 1)}) {
     SCOPED_TRACE(offset);
     write_binary_cache(cache_, d, stamp_);
     flip_byte(cache_, offset);
@@ -154,7 +154,8 @@ TEST_F(BinaryCache, RefusesFlippedPayloadBytes) {
 
 TEST_F(BinaryCache, RefusesFlippedHeaderBytes) {
   Dataset d = sample(20);
-  for (size_t offset : {size_t{12}, size_t{16}, size_t{24}, size_t{33}, size_t{40}, size_t{48}, size_t{60}}) {
+  for (size_t offset : {size_t{12}, size_t{16}, size_t{24}, size_t{33}, size_t{40}, size_t{48}, size_t{52},
+                        size_t{60}, size_t{68}}) {
     SCOPED_TRACE(offset);
     write_binary_cache(cache_, d, stamp_);
     flip_byte(cache_, offset);
@@ -195,12 +196,12 @@ TEST_F(BinaryCache, RefusesForgedSizesBeforeTouchingMemory) {
 TEST_F(BinaryCache, RefusesInconsistentRowOffsetsEvenWithValidChecksums) {
   Dataset d = sample(6);
   write_binary_cache(cache_, d, stamp_);
-  // row_ptr[2] sits at 64 + align8(6 * 4) + 2 * 8.
+  // row_ptr[2] sits at 72 + align8(6 * 4) + 2 * 8.
   const uint64_t wild = 1000;
-  patch(cache_, 64 + 24 + 16, &wild, 8);
+  patch(cache_, 72 + 24 + 16, &wild, 8);
   std::string s = test::read_file(cache_);
-  const uint64_t ph = XXH64(s.data() + 64, s.size() - 64, 0);
-  patch(cache_, 48, &ph, 8);
+  const uint64_t ph = XXH64(s.data() + 72, s.size() - 72, 0);
+  patch(cache_, 56, &ph, 8);
   rehash_header(cache_);
   const std::string msg = data_error_of([&] { open_binary_cache(cache_); });
   EXPECT_NE(msg.find("inconsistent cache: row offsets decrease at row 2"), std::string::npos) << msg;
@@ -310,6 +311,33 @@ TEST_F(BinaryCache, LoadDatasetNeverReplacesAFileThatIsNotACache) {
   EXPECT_EQ(load_dataset(src, {}, cache_, nullptr, &from_cache, &why).rows(), 2u);
   EXPECT_FALSE(from_cache);
   EXPECT_NE(why.find("version 1"), std::string::npos) << why;
+}
+
+// The cache records how its labels were read (--classes): a run that reads
+// them otherwise parses the text again (a dnn's class ids are not an lr's
+// binary labels), and says why.
+TEST_F(BinaryCache, LoadDatasetRebuildsACacheOfAnotherLabelMode) {
+  const std::string src = dir_.file("digits.svm");
+  test::write_file(src, "2 1:1\n0 2:1\n1 3:1\n");
+  ReadOptions k3;
+  k3.classes = 3;
+  bool from_cache = true;
+  std::string why;
+  Dataset d = load_dataset(src, k3, cache_, nullptr, &from_cache, &why);
+  EXPECT_EQ(d.view().labels[0], 2.0f);
+  uint32_t classes = 0;
+  open_binary_cache(cache_, nullptr, nullptr, &classes);
+  EXPECT_EQ(classes, 3u);
+  // Read as binary labels now: label 2 is no binary label, as without a cache.
+  const std::string msg = data_error_of([&] { load_dataset(src, {}, cache_, nullptr, &from_cache, &why); });
+  EXPECT_NE(msg.find(src + ":1:"), std::string::npos) << msg;
+  test::write_file(src, "1 1:1\n0 2:1\n1 3:1\n");
+  d = load_dataset(src, k3, cache_, nullptr, &from_cache, &why);
+  EXPECT_TRUE(d.rows() == 3u && !from_cache);
+  d = load_dataset(src, {}, cache_, nullptr, &from_cache, &why);
+  EXPECT_FALSE(from_cache);
+  EXPECT_EQ(why, "it was built reading labels as 3 class ids and this run reads binary labels");
+  EXPECT_TRUE(load_dataset(src, {}, cache_, nullptr, &from_cache).rows() == 3u && from_cache);
 }
 
 TEST_F(BinaryCache, LoadDatasetPropagatesParseErrorsAndWritesNoCache) {

@@ -23,6 +23,8 @@ struct SchedulerFlags {
   std::string on_worker_failure = "fail";
 };
 
+constexpr size_t kShortTokenBytes = 16;
+
 int run_scheduler(const SchedulerFlags& f) {
   ps::SchedulerOptions o;
   o.bind = f.bind;
@@ -35,6 +37,14 @@ int run_scheduler(const SchedulerFlags& f) {
   }
   if (token_file.empty()) throw std::invalid_argument("no job token: give --token-file FILE or set PARAFAB_TOKEN_FILE");
   o.token = ps::JobToken::from_file(token_file);
+  // The MAC's inputs cross the wire in clear: one captured registration lets
+  // anyone try short tokens offline. Said once per job, by its scheduler.
+  if (o.token->secret().size() < kShortTokenBytes) {
+    std::fprintf(stderr,
+                 "warning: the job token in %s is %zu bytes: one captured registration is enough to guess a short "
+                 "token offline; use %zu bytes or more (launch makes 64 random hex digits)\n",
+                 token_file.c_str(), o.token->secret().size(), kShortTokenBytes);
+  }
   for (const std::string& spec : f.tables) o.tables.push_back(parse_table_spec(spec));
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.join_timeout_s * 1000));
   o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.heartbeat_timeout_s * 1000));

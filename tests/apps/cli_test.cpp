@@ -519,6 +519,20 @@ TEST_F(Cli, PredictNamesKeysTheModelNeverSaw) {
   EXPECT_FALSE(contains(r.out, "warning: none of")) << r.out;
 }
 
+// A short job token works, with a warning from the scheduler (the MAC's
+// inputs travel in clear, so a short token can be guessed offline).
+TEST_F(Cli, TheSchedulerWarnsOfAShortToken) {
+  const std::string shortish = dir_->file("short.tok"), good = dir_->file("good.tok");
+  std::ofstream(shortish) << "tok\n";
+  std::ofstream(good) << std::string(32, 'k') << "\n";
+  const std::string run = "scheduler --servers 1 --workers 1 --port 0 --join-timeout 0.2 --token-file ";
+  CmdResult r = run_cli(run + shortish);
+  EXPECT_TRUE(contains(r.out, "warning: the job token in " + shortish + " is 3 bytes")) << r.out;
+  EXPECT_TRUE(contains(r.out, "join timeout")) << r.out;  // it ran
+  r = run_cli(run + good);
+  EXPECT_FALSE(contains(r.out, "warning: the job token")) << r.out;
+}
+
 // Flags a model has no use for are refused, not silently ignored.
 TEST_F(Cli, FlagsAModelDoesNotUseAreRefused) {
   const std::string train = "train --train " + dir_->file("train.svm") + " --epochs 1 --quiet ";

@@ -59,6 +59,7 @@ struct Scheduler::Impl {
   asio::steady_timer join_timer{io};
   asio::steady_timer sweep_timer{io};
   asio::steady_timer grace_timer{io};
+  asio::steady_timer accept_retry_timer{io};
   uint64_t job_id = 0;
   uint64_t next_conn_id = 0;
   std::map<uint64_t, std::shared_ptr<Conn>> conns;  // open connections
@@ -103,10 +104,16 @@ struct Scheduler::Impl {
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || finishing) return;
       if (ec) {
-        spdlog::warn("scheduler: accept failed: {}", ec.message());
-      } else {
-        on_accept(std::move(socket));
+        // Out of file descriptors (EMFILE) and the like: accepting again at
+        // once fails the same way, in a loop that logs on every pass.
+        spdlog::warn("scheduler: accept failed: {}; accepting again in 100 ms", ec.message());
+        accept_retry_timer.expires_after(std::chrono::milliseconds(100));
+        accept_retry_timer.async_wait([this](boost::system::error_code e) {
+          if (!e && !finishing) accept();
+        });
+        return;
       }
+      on_accept(std::move(socket));
       accept();
     });
   }
@@ -603,6 +610,7 @@ struct Scheduler::Impl {
     acceptor.close(ec);
     join_timer.cancel();
     sweep_timer.cancel();
+    accept_retry_timer.cancel();
     for (auto& [id, c] : conns) {
       if (c->joined && !c->dead && !c->refused) {
         c->channel->send_and_close(message);

@@ -328,7 +328,8 @@ void add_node_command(CLI::App& root, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--bind", f->bind, "Address the scheduler (rank 0) listens on")->capture_default_str();
   cmd->add_option("--scheduler-host", f->scheduler_host,
-                  "Host of global rank 0 (HOST or an IPv6 address, bare or in brackets; no port: see --port), overriding the environment (needed under mpirun/PMI across hosts)");
+                  "Host of global rank 0 (HOST or an IPv6 address, bare or in brackets; no port: see --port), "
+                  "overriding the environment (needed under mpirun/PMI across hosts)");
   cmd->add_option("--launcher", f->launcher,
                   "Which variables give the rank: auto (PARAFAB_ROLE, then SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
                   "PMI_RANK), parafab, slurm, ompi, pmi")

@@ -22,6 +22,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Invalid messages a registered node may send before it is declared dead.
+constexpr uint32_t kMaxInvalidMessages = 64;
+
+
 struct Conn {
   uint64_t id = 0;
   std::shared_ptr<ControlChannel> channel;
@@ -35,6 +39,7 @@ struct Conn {
   bool refused = false;  // answered with an error and closing
   bool rejoining = false;  // a server back under a dead one's rank, not yet announced
   bool asked_rank = false;  // registered asking for its role rank (--rank)
+  uint32_t invalid = 0;     // invalid messages since it registered
   Role role = Role::kWorker;
   uint32_t role_rank = 0;
   uint32_t rank = 0;
@@ -240,11 +245,23 @@ struct Scheduler::Impl {
     ++counters.invalid_messages;
     spdlog::warn("scheduler: invalid message from {} ({}): {}", c.joined ? c.describe() : "unregistered", c.peer,
                  text);
-    if (c.joined) {
-      c.channel->send(make_error(code, text));
-    } else {
+    if (!c.joined) {
       refuse(c, code, text);
+      return;
     }
+    // Each is answered and logged: a node that keeps sending them (a bug,
+    // or one flooding the scheduler while never reading) is declared dead
+    // before its queue of answers and the log grow without bound.
+    if (++c.invalid > kMaxInvalidMessages) {
+      const std::string why = std::to_string(c.invalid) + " invalid messages (at most " +
+                              std::to_string(kMaxInvalidMessages) + "); the last: " + text;
+      // Its answers so far and this last one go out first (within the
+      // channel's flush deadline, for a peer that does not read).
+      c.channel->send_and_close(make_error(code, "closing: " + why));
+      declare_dead(c, why, /*channel_closing=*/true);
+      return;
+    }
+    c.channel->send(make_error(code, text));
   }
 
   void handle_register(Conn& c, const proto::Register& reg) {
@@ -544,10 +561,11 @@ struct Scheduler::Impl {
     return m;
   }
 
-  void declare_dead(Conn& c, const std::string& reason) {
+  // channel_closing: the caller has sent its last frame with send_and_close.
+  void declare_dead(Conn& c, const std::string& reason, bool channel_closing = false) {
     if (c.dead || finishing) return;
     c.dead = true;
-    c.channel->close();
+    if (!channel_closing) c.channel->close();
     if (!map_sent) {
       // Before the map a slot is only a reservation: free it for a newcomer.
       for (auto& s : slots(c.role)) {

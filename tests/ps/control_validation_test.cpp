@@ -302,6 +302,32 @@ TEST_F(ControlValidationTest, RegisteredNodesBadMessagesAreAnsweredAndCounted) {
   run_.get();
 }
 
+// A registered node that keeps sending invalid messages is answered 64
+// times, then told why and declared dead (its slot freed before the map):
+// neither the answers queued for it nor the log grow without bound. The job
+// still forms with good nodes.
+TEST_F(ControlValidationTest, ANodeThatKeepsSendingInvalidMessagesIsClosed) {
+  auto [c, ch] = connect();
+  c->send(good_register(ch, "tok", proto::ROLE_SERVER));
+  auto w = c->read();
+  ASSERT_TRUE(w && w->has_welcome()) << (w ? w->DebugString() : "EOF");
+  proto::Envelope wrong_way;
+  wrong_way.mutable_cluster_map();
+  for (int i = 0; i < 80; ++i) c->send(wrong_way);
+  int errors = 0;
+  std::string last;
+  while (auto m = c->read()) {
+    if (m->has_error()) {
+      ++errors;
+      last = m->error().text();
+    }
+  }
+  EXPECT_EQ(errors, 65);  // 64 answers, then the reason for the close; then EOF
+  EXPECT_NE(last.find("closing: 65 invalid messages (at most 64)"), std::string::npos) << last;
+  EXPECT_EQ(scheduler_.stats().invalid_messages, 65u);
+  expect_still_serving();
+}
+
 // The client checks the scheduler too: a "scheduler" that cannot prove it
 // holds the job token (another job's, or an impostor) is refused.
 TEST(ControlAuthTest, ClientRefusesASchedulerWithoutTheToken) {
